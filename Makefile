@@ -1,0 +1,37 @@
+# Two commands do all the set-up on a fresh machine (Python 3.11+, Java 17):
+#   make demo   creates .venv, installs a3m with everything it needs, runs the main job
+#   make test   same set-up, runs the whole suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip wheel >/dev/null
+	$(BIN)/python -m pip install -e '.[spark,bench,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/a3m demo
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/a3m bench transport --json
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,48 @@
+"""The ``a3m`` command: one module per subcommand, each with ``add_arguments`` and ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("a3m.cli.demo", "the main job: producers -> lossy network -> Spark, then the audit"),
+    "bench": ("a3m.cli.bench", "throughput / latency benchmarks beside raw UDP, pyzmq, pynng"),
+    "chaos": ("a3m.cli.chaos", "a workload through the fault-injecting relay, checked exactly-once"),
+    "audit": ("a3m.cli.audit", "Spark job over delivery journals: lost, duplicated, phantoms"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="a3m", description="A3M: brokerless messaging, exactly once over UDP."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (modname, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError as exc:  # a command whose module is not built yet
+            p.set_defaults(_missing=str(exc))
+            continue
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if getattr(args, "_missing", None):
+        print(f"a3m {args.command}: not available: {args._missing}", file=sys.stderr)
+        return 2
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""a3m.patterns."""
