@@ -1,0 +1,63 @@
+"""Tunable parameters of one Exon node (:class:`ExonConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from a3m.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class ExonConfig:
+    """Exon parameters; units are in the names. Defaults suit loopback and LANs."""
+
+    #: Largest datagram the node sends (the path MTU budget for header + frames).
+    max_datagram_size: int = 1400
+    #: Tokens queued or unacknowledged per destination before ``send`` blocks (the notes' P).
+    window_per_peer: int = 2048
+    #: Tokens queued or unacknowledged across all destinations before ``send`` blocks.
+    window_global: int = 16384
+    #: Envelopes a sender tries to keep in hand ahead of its queue (the notes' N).
+    slots_ahead: int = 2048
+    #: Most slots one receive record keeps live (span from its lowest live slot to its end).
+    max_live_slots: int = 8192
+    #: Retransmission timeout before any RTT sample, and its bounds.
+    rto_initial_s: float = 0.2
+    rto_min_s: float = 0.03
+    rto_max_s: float = 2.0
+    #: A send record with nothing queued or in flight for this long releases and is discarded.
+    idle_release_s: float = 1.0
+    #: A receive record with no traffic for this long probes its sender (or is discarded if empty).
+    probe_interval_s: float = 5.0
+    #: Longest probe interval after back-off (a sender that is gone forever).
+    probe_interval_max_s: float = 60.0
+    #: Largest payload accepted by ``send`` and by reassembly.
+    max_message_size: int = 64 * 1024 * 1024
+    #: The receiver grants new slots only while delivered-but-unconsumed bytes stay below this.
+    recv_buffer_bytes: int = 32 * 1024 * 1024
+    #: Slots reserved in the clock store per write (fewer writes, larger jumps after a crash).
+    clock_reserve_block: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if not 128 <= self.max_datagram_size <= 65507:
+            raise UsageError("max_datagram_size must be within 128..65507")
+        for name in ("window_per_peer", "window_global", "slots_ahead", "max_live_slots",
+                     "max_message_size", "recv_buffer_bytes", "clock_reserve_block"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be positive")
+        if not 0 < self.rto_min_s <= self.rto_initial_s <= self.rto_max_s:
+            raise UsageError("need 0 < rto_min_s <= rto_initial_s <= rto_max_s")
+        if self.idle_release_s < 0 or self.probe_interval_s <= 0:
+            raise UsageError("idle_release_s must be >= 0 and probe_interval_s > 0")
+        if self.max_live_slots < self.slots_ahead:
+            raise UsageError("max_live_slots must be >= slots_ahead")
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> ExonConfig:
+        """Build a config from keyword options, rejecting unknown names clearly."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise UsageError(f"unknown Exon option(s): {', '.join(unknown)}")
+        return replace(cls(), **options)

@@ -1,0 +1,721 @@
+"""The Exon protocol as a sans-I/O state machine (:class:`ExonProtocol`).
+
+Per message, the sender holds an envelope (a slot the receiver granted with SLOTS in answer to
+REQSLOTS), sends the payload as a TOKEN bound to that slot and to the receive record's
+incarnation, and retransmits it until the ACK. The receiver delivers a token only while its slot
+is live and consumes the slot in the same step. Half-connections are created on demand and
+discarded when idle; the node clock is the only lasting state. Rules and their reasons are in
+``docs/design.md`` and ``docs/exon-wire.md``.
+
+The object does no I/O: feed it datagrams, the current time and timer expiries; take from it
+datagrams to send, events and the next deadline.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, fields
+from random import Random
+from typing import Any
+
+from a3m.errors import Closed, MessageTooLarge, UsageError, WouldBlock
+from a3m.exon import wire
+from a3m.exon.clock import ClockStore, MemoryClockStore, NodeClock
+from a3m.exon.config import ExonConfig
+from a3m.exon.discovery import Resolver
+from a3m.exon.events import Delivered, Event, ReceiptReady, Writable
+from a3m.exon.records import INF, Reassembly, RecvRecord, SendRecord
+
+Address = Hashable
+
+_TOKEN = wire.TOKEN
+_ACK = wire.ACK
+_REQSLOTS = wire.REQSLOTS
+_SLOTS = wire.SLOTS
+_TOKEN_PACK = wire.TOKEN_S.pack
+_FRAG_PACK = wire.FRAG_S.pack
+_REQSLOTS_PACK = wire.REQSLOTS_S.pack
+_SLOTS_PACK = wire.SLOTS_S.pack
+_RANGE_SIZE = wire.RANGE_S.size
+
+
+@dataclass(slots=True)
+class ExonStats:
+    """Counters of one node (monotonic, except the gauges marked as such)."""
+
+    datagrams_in: int = 0
+    datagrams_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    frames_in: int = 0
+    frames_out: int = 0
+    malformed: int = 0
+    truncated: int = 0
+    wrong_dst: int = 0
+    from_self: int = 0
+    tokens_sent: int = 0
+    retransmits: int = 0
+    reqslots_sent: int = 0
+    reqslots_retransmits: int = 0
+    delivered: int = 0
+    delivered_bytes: int = 0
+    duplicates: int = 0  # tokens acked again without delivery (retransmission or stale)
+    stale_frames: int = 0  # SLOTS/ACK/REQSLOTS for another incarnation or range
+    reassembly_errors: int = 0
+    no_address: int = 0  # frames held back because the peer's address is unknown
+    address_changes: int = 0
+    send_records_created: int = 0
+    send_records_discarded: int = 0
+    recv_records_created: int = 0
+    recv_records_discarded: int = 0
+    probes_sent: int = 0
+    grants_deferred: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class ExonProtocol:
+    """One Exon node, without I/O. See ``docs/design.md`` section 1 for the driving contract."""
+
+    def __init__(
+        self,
+        node_id: str,
+        config: ExonConfig | None = None,
+        rng: Random | None = None,
+        clock_store: ClockStore | None = None,
+        resolver: Resolver | None = None,
+    ) -> None:
+        self.id = node_id
+        self._id_bytes = node_id.encode("utf-8")
+        wire.encode_id(node_id)  # validates
+        self.config = cfg = config or ExonConfig()
+        self._rng = rng or Random(0)
+        self._clock = NodeClock(clock_store or MemoryClockStore(), cfg.clock_reserve_block)
+        self._resolver = resolver
+        self.stats = ExonStats()
+        self._sr: dict[str, SendRecord] = {}
+        self._rr: dict[str, RecvRecord] = {}
+        self._addr: dict[str, Address] = {}
+        self._headers: dict[str, bytes] = {}
+        self._src_cache: dict[bytes, str] = {}
+        self._out: dict[str, list[bytes]] = {}
+        self._acks: dict[str, dict[int, list[int]]] = {}
+        self._events: deque[Event] = deque()
+        self._timers: list[tuple[float, int, SendRecord | RecvRecord]] = []
+        self._timer_seq = 0
+        self._pending_total = 0
+        self._buffered = 0
+        self._deferred: dict[str, RecvRecord] = {}
+        self._blocked = False
+        self._closing = False
+        self._next_receipt = 1
+        self._mds = cfg.max_datagram_size
+
+    # ------------------------------------------------------------------ associations
+
+    def associate(self, node_id: str, addr: Address) -> None:
+        """Register the address of ``node_id`` by hand (traffic from it updates it later)."""
+        wire.encode_id(node_id)
+        self._addr[node_id] = addr
+
+    def address_of(self, node_id: str) -> Address | None:
+        """The known (or discoverable) address of ``node_id``."""
+        addr = self._addr.get(node_id)
+        if addr is None and self._resolver is not None:
+            addr = self._resolver(node_id)
+            if addr is not None:
+                self._addr[node_id] = addr
+        return addr
+
+    @property
+    def clock(self) -> int:
+        """The node clock ``ck`` (diagnostics)."""
+        return self._clock.value
+
+    # ------------------------------------------------------------------ application side
+
+    def can_send(self, dst: str, nbytes: int = 0) -> bool:
+        """Whether ``send(dst, ...)`` would be admitted now by both windows."""
+        if self._closing:
+            return False
+        if dst == self.id:
+            return True
+        rec = self._sr.get(dst)
+        pend = rec.pending if rec is not None else 0
+        return (pend < self.config.window_per_peer
+                and self._pending_total < self.config.window_global)
+
+    def in_flight(self) -> int:
+        """Pieces queued or unacknowledged across all destinations."""
+        return self._pending_total
+
+    def send(self, dst: str, payload: bytes, now: float, receipt: bool = False) -> int | None:
+        """Queue ``payload`` for exactly-once delivery to node ``dst``.
+
+        Returns a receipt id when ``receipt`` is true (a :class:`ReceiptReady` event follows
+        once ``dst`` acknowledged the whole message). Raises :class:`WouldBlock` when a window
+        is full (retry after a :class:`Writable` event or an acknowledgement) and
+        :class:`MessageTooLarge` above ``config.max_message_size``. Never drops.
+        """
+        if self._closing:
+            raise Closed("the Exon node is closing")
+        cfg = self.config
+        size = len(payload)
+        if size > cfg.max_message_size:
+            raise MessageTooLarge(f"{size} bytes > max_message_size {cfg.max_message_size}")
+        rid: int | None = None
+        if receipt:
+            rid = self._next_receipt
+            self._next_receipt += 1
+        if dst == self.id:
+            self._deliver(dst, bytes(payload))
+            if rid is not None:
+                self._events.append(ReceiptReady(rid))
+            return rid
+        rec = self._sr.get(dst)
+        if rec is None:
+            if self._pending_total >= cfg.window_global:
+                self._blocked = True
+                raise WouldBlock("global send window full")
+            if not dst or len(dst.encode("utf-8")) > wire.MAX_ID_BYTES:
+                raise UsageError(f"bad node id {dst!r}")
+            rec = SendRecord(dst, self._clock.value, cfg.rto_initial_s, now)
+            self._sr[dst] = rec
+            self.stats.send_records_created += 1
+        elif (len(rec.queue) + len(rec.tokens) >= cfg.window_per_peer
+              or self._pending_total >= cfg.window_global):
+            self._blocked = True
+            raise WouldBlock(f"send window to {dst!r} full")
+        data = bytes(payload)
+        single = self._mds - len(self._header(dst)) - wire.TOKEN_OVERHEAD
+        rec.idle_since = None
+        if size <= single:
+            if not rec.queue and rec.env_lo < rec.sck:
+                # Fast path: an envelope is in hand, the token goes out at once.
+                s = rec.env_lo
+                rec.env_lo = s + 1
+                frame = _TOKEN_PACK(_TOKEN, 0, s, rec.rck, size) + data
+                rec.tokens[s] = (frame, rec.rck, rid, now, 1)
+                self._pending_total += 1
+                self._emit(dst, frame)
+                self.stats.tokens_sent += 1
+                if rec.timer_at == INF:
+                    self._schedule(rec, now + rec.rto * rec.backoff)
+                if rec.sck - rec.env_lo < (cfg.slots_ahead >> 1) and not rec.req_out:
+                    self._request_slots(rec, now)
+                return rid
+            rec.queue.append((data, None, rid))
+            self._pending_total += 1
+        else:
+            chunk = self._mds - len(self._header(dst)) - wire.FRAGMENT_OVERHEAD
+            count = -(-size // chunk)
+            meta = [count, rid]
+            view = memoryview(data)
+            for i in range(count):
+                rec.queue.append((bytes(view[i * chunk:(i + 1) * chunk]), (i, count, size), meta))
+            self._pending_total += count
+        self._pump(rec, now)
+        return rid
+
+    def next_event(self) -> Event | None:
+        """The next event, or None."""
+        return self._events.popleft() if self._events else None
+
+    def drain_events(self) -> list[Event]:
+        """Every pending event, oldest first (cheaper than looping on :meth:`next_event`)."""
+        out = list(self._events)
+        self._events.clear()
+        return out
+
+    def consumed(self, nbytes: int) -> None:
+        """The application took ``nbytes`` of delivered payload: receive buffer space returns."""
+        self._buffered = max(0, self._buffered - nbytes)
+        if self._deferred and self._buffered < self.config.recv_buffer_bytes:
+            for rec in list(self._deferred.values()):
+                if rec.deferred is not None and rec.alive:
+                    s, n = rec.deferred
+                    rec.deferred = None
+                    self._grant(rec, s, n)
+            self._deferred = {p: r for p, r in self._deferred.items() if r.deferred is not None}
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Delivered payload bytes the application has not consumed yet (gauge)."""
+        return self._buffered
+
+    def close(self, now: float) -> None:
+        """Begin a graceful close: refuse new sends; release each send record once idle.
+
+        Keep driving the protocol until :meth:`is_closed`; what was in flight is delivered.
+        """
+        self._closing = True
+        for rec in list(self._sr.values()):
+            if not rec.queue and not rec.tokens:
+                self._release(rec)
+
+    def is_closed(self) -> bool:
+        """After :meth:`close`: every send record delivered what it held and was released."""
+        return self._closing and not self._sr
+
+    def is_idle(self) -> bool:
+        """No record, nothing queued or in flight, nothing waiting to be sent."""
+        return not self._sr and not self._rr and not self._out and not self._acks
+
+    def record_counts(self) -> tuple[int, int]:
+        """(send records, receive records) currently held."""
+        return len(self._sr), len(self._rr)
+
+    # ------------------------------------------------------------------ network side
+
+    def receive_datagram(self, data: bytes | memoryview, addr: Address, now: float) -> None:
+        """Process one datagram from ``addr``. Never raises on bad input: it is counted."""
+        st = self.stats
+        st.datagrams_in += 1
+        st.bytes_in += len(data)
+        try:
+            src_b, dst_b, offset = wire.decode_header(data)
+        except wire.WireError as exc:
+            self._count_error(exc)
+            return
+        if dst_b != self._id_bytes:
+            st.wrong_dst += 1
+            return
+        src = self._src_cache.get(src_b)
+        if src is None:
+            try:
+                src = src_b.decode("utf-8")
+            except UnicodeDecodeError:
+                st.malformed += 1
+                return
+            if len(self._src_cache) > 4096:
+                self._src_cache.clear()
+            self._src_cache[src_b] = src
+        if src == self.id:
+            st.from_self += 1
+            return
+        frames, error = wire.decode_frames(data, offset, self.config.max_message_size)
+        if error is not None:
+            self._count_error(error)
+        if not frames:
+            return
+        if self._addr.get(src) != addr:
+            if src in self._addr:
+                st.address_changes += 1
+            self._addr[src] = addr
+        st.frames_in += len(frames)
+        rr = self._rr.get(src)
+        acks: dict[int, list[int]] | None = None
+        for f in frames:
+            kind = f[0]
+            if kind == _TOKEN:
+                _, s, r, payload, index, count, total = f
+                if rr is None:
+                    rr = self._rr.get(src)
+                if rr is not None and rr.rck == r and rr.low <= s < rr.sck and s not in rr.dead:
+                    rr.consume(s)
+                    rr.last_active = now
+                    if count == 1:
+                        self._deliver(src, payload)
+                    else:
+                        self._reassemble(rr, s, payload, index, count, total)
+                    if rr.deferred is not None:
+                        d_s, d_n = rr.deferred
+                        rr.deferred = None
+                        self._grant(rr, d_s, d_n)
+                else:
+                    st.duplicates += 1
+                if acks is None:
+                    acks = self._acks.get(src)
+                    if acks is None:
+                        acks = self._acks[src] = {}
+                lst = acks.get(r)
+                if lst is None:
+                    acks[r] = [s]
+                else:
+                    lst.append(s)
+            elif kind == _ACK:
+                self._on_ack(src, f[1], f[2], now)
+            elif kind == _REQSLOTS:
+                self._on_reqslots(src, f[1], f[2], f[3], now)
+                rr = self._rr.get(src)
+            else:
+                self._on_slots(src, f[1], f[2], f[3], now)
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
+        """Everything due now, packed into as few datagrams as fit ``max_datagram_size``."""
+        if self._acks:
+            self._flush_acks()
+        if not self._out:
+            return []
+        result: list[tuple[bytes, Address]] = []
+        limit = self._mds
+        st = self.stats
+        for peer, frames in self._out.items():
+            addr = self.address_of(peer)
+            if addr is None:
+                st.no_address += len(frames)
+                continue
+            hdr = self._header(peer)
+            st.frames_out += len(frames)
+            buf = [hdr]
+            size = len(hdr)
+            for f in frames:
+                lf = len(f)
+                if size + lf > limit and len(buf) > 1:
+                    result.append((b"".join(buf), addr))
+                    buf = [hdr]
+                    size = len(hdr)
+                buf.append(f)
+                size += lf
+            result.append((b"".join(buf), addr))
+        self._out.clear()
+        st.datagrams_out += len(result)
+        for d, _ in result:
+            st.bytes_out += len(d)
+        return result
+
+    def next_timer(self) -> float | None:
+        """The earliest deadline at which :meth:`handle_timer` has work, or None."""
+        timers = self._timers
+        while timers:
+            t, _, rec = timers[0]
+            if rec.alive and rec.timer_at == t:
+                return t
+            heapq.heappop(timers)
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        """Run every timer due at ``now`` (retransmission, idle release, probes)."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            t, _, rec = heapq.heappop(timers)
+            if not rec.alive or rec.timer_at != t:
+                continue
+            rec.timer_at = INF
+            if isinstance(rec, SendRecord):
+                self._send_timer(rec, now)
+            else:
+                self._recv_timer(rec, now)
+        if len(timers) > 64 and len(timers) > 4 * (len(self._sr) + len(self._rr)):
+            self._timers = [e for e in timers if e[2].alive and e[2].timer_at == e[0]]
+            heapq.heapify(self._timers)
+
+    # ------------------------------------------------------------------ sender internals
+
+    def _header(self, peer: str) -> bytes:
+        hdr = self._headers.get(peer)
+        if hdr is None:
+            if len(self._headers) > 4096:
+                self._headers.clear()
+            hdr = self._headers[peer] = wire.encode_header(self.id, peer)
+        return hdr
+
+    def _emit(self, peer: str, frame: bytes) -> None:
+        out = self._out.get(peer)
+        if out is None:
+            self._out[peer] = [frame]
+        else:
+            out.append(frame)
+
+    def _schedule(self, rec: SendRecord | RecvRecord, t: float) -> None:
+        if t < rec.timer_at:
+            rec.timer_at = t
+            self._timer_seq += 1
+            heapq.heappush(self._timers, (t, self._timer_seq, rec))
+
+    def _rto(self, rec: SendRecord) -> float:
+        return min(rec.rto * rec.backoff, self.config.rto_max_s)
+
+    def _pump(self, rec: SendRecord, now: float) -> None:
+        """Bind queued pieces to envelopes, then keep envelopes coming."""
+        queue = rec.queue
+        if queue and rec.env_lo < rec.sck:
+            tokens = rec.tokens
+            r = rec.rck
+            s = rec.env_lo
+            end = rec.sck
+            sent = 0
+            while queue and s < end:
+                data, frag, meta = queue.popleft()
+                if frag is None:
+                    frame = _TOKEN_PACK(_TOKEN, 0, s, r, len(data)) + data
+                else:
+                    frame = (_TOKEN_PACK(_TOKEN, wire.FLAG_FRAGMENT, s, r, len(data))
+                             + _FRAG_PACK(*frag) + data)
+                tokens[s] = (frame, r, meta, now, 1)
+                self._emit(rec.peer, frame)
+                s += 1
+                sent += 1
+            rec.env_lo = s
+            self.stats.tokens_sent += sent
+            if rec.timer_at == INF:
+                self._schedule(rec, now + self._rto(rec))
+        if not rec.req_out and (queue or rec.sck - rec.env_lo < (self.config.slots_ahead >> 1)):
+            self._request_slots(rec, now)
+
+    def _request_slots(self, rec: SendRecord, now: float) -> None:
+        cfg = self.config
+        have = rec.sck - rec.env_lo
+        want = min(cfg.slots_ahead + len(rec.queue) - have, cfg.max_live_slots)
+        if want <= 0:
+            rec.req_out = False
+            return
+        end = rec.sck + want
+        if end > rec.req_end:
+            rec.req_end = end
+        self._clock.cover(rec.req_end)  # a restarted node never reuses a slot we may hold
+        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, rec.sck, want, rec.lowest_in_use()))
+        self.stats.reqslots_sent += 1
+        if not rec.req_out:
+            rec.req_out = True
+            rec.req_tx = 1
+        else:
+            rec.req_tx += 1
+        rec.req_sent_at = now
+        self._schedule(rec, now + self._rto(rec))
+
+    def _rtt_sample(self, rec: SendRecord, sample: float) -> None:
+        cfg = self.config
+        if rec.srtt is None:
+            rec.srtt = sample
+            rec.rttvar = sample / 2
+        else:
+            rec.rttvar = 0.75 * rec.rttvar + 0.25 * abs(rec.srtt - sample)
+            rec.srtt = 0.875 * rec.srtt + 0.125 * sample
+        rec.rto = min(max(rec.srtt + max(4 * rec.rttvar, 0.001), cfg.rto_min_s), cfg.rto_max_s)
+
+    def _on_slots(self, src: str, s: int, r: int, n: int, now: float) -> None:
+        rec = self._sr.get(src)
+        if n == 0:
+            # A receive record probing: tell it what it may drop.
+            if rec is None:
+                ck = self._clock.value
+                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
+            else:
+                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, rec.sck, 0, rec.lowest_in_use()))
+            return
+        if rec is None:
+            # Slots for a record we discarded: release them (our clock is above them).
+            ck = self._clock.value
+            self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
+            self.stats.stale_frames += 1
+            return
+        if s != rec.sck:
+            self.stats.stale_frames += 1
+            return
+        n = min(n, rec.req_end - s)
+        if n <= 0:
+            self.stats.stale_frames += 1
+            return
+        if rec.req_out and rec.req_tx == 1:
+            self._rtt_sample(rec, now - rec.req_sent_at)
+        rec.req_out = False
+        rec.backoff = 1
+        rec.rck = r
+        rec.sck = s + n
+        self._pump(rec, now)
+
+    def _on_ack(self, src: str, r: int, ranges: tuple[tuple[int, int], ...], now: float) -> None:
+        rec = self._sr.get(src)
+        if rec is None:
+            return
+        tokens = rec.tokens
+        acked = 0
+        sample_at = -1.0
+        for first, count in ranges:
+            if count > 4 * len(tokens) + 8:
+                slots: Any = [x for x in tokens if first <= x < first + count]
+            else:
+                slots = range(first, first + count)
+            for s in slots:
+                tok = tokens.get(s)
+                if tok is not None and tok[1] == r:
+                    del tokens[s]
+                    acked += 1
+                    if tok[4] == 1 and tok[3] > sample_at:
+                        sample_at = tok[3]
+                    meta = tok[2]
+                    if meta is not None:
+                        self._receipt_progress(meta)
+        if not acked:
+            self.stats.stale_frames += 1
+            return
+        self._pending_total -= acked
+        if sample_at >= 0:
+            self._rtt_sample(rec, now - sample_at)
+        rec.backoff = 1
+        if rec.queue:
+            self._pump(rec, now)
+        elif not tokens:
+            rec.idle_since = now
+            if self._closing:
+                self._release(rec)
+            else:
+                self._schedule(rec, now + self.config.idle_release_s)
+        if self._blocked:
+            self._blocked = False
+            self._events.append(Writable())
+
+    def _receipt_progress(self, meta: Any) -> None:
+        if isinstance(meta, int):
+            self._events.append(ReceiptReady(meta))
+            return
+        meta[0] -= 1
+        if meta[0] == 0 and meta[1] is not None:
+            self._events.append(ReceiptReady(meta[1]))
+
+    def _send_timer(self, rec: SendRecord, now: float) -> None:
+        cfg = self.config
+        rto = self._rto(rec)
+        next_t = INF
+        tokens = rec.tokens
+        if tokens:
+            cut = now - rto
+            resent = 0
+            oldest = INF
+            for s, tok in tokens.items():
+                if tok[3] <= cut:
+                    self._emit(rec.peer, tok[0])
+                    tokens[s] = (tok[0], tok[1], tok[2], now, tok[4] + 1)
+                    resent += 1
+                elif tok[3] < oldest:
+                    oldest = tok[3]
+            if resent:
+                self.stats.retransmits += resent
+                rec.backoff = min(rec.backoff * 2, 64)
+                rto = self._rto(rec)
+                oldest = min(oldest, now)
+            next_t = max(oldest + rto, now + rto / 8)
+        if rec.req_out:
+            due = rec.req_sent_at + rto
+            if now >= due:
+                self.stats.reqslots_retransmits += 1
+                if not tokens:
+                    rec.backoff = min(rec.backoff * 2, 64)
+                self._request_slots(rec, now)
+                due = now + self._rto(rec)
+            next_t = min(next_t, due)
+        if not tokens and not rec.queue:
+            if rec.idle_since is None:
+                rec.idle_since = now
+            idle_due = rec.idle_since + cfg.idle_release_s
+            if now >= idle_due or self._closing:
+                self._release(rec)
+                return
+            next_t = min(next_t, idle_due)
+        self._schedule(rec, next_t)
+
+    def _release(self, rec: SendRecord) -> None:
+        """Discard an idle send record, giving back every slot it holds or asked for."""
+        end = max(rec.sck, rec.req_end)
+        self._clock.advance_to(end)
+        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, end, 0, end))
+        rec.alive = False
+        del self._sr[rec.peer]
+        self.stats.send_records_discarded += 1
+
+    # ------------------------------------------------------------------ receiver internals
+
+    def _deliver(self, src: str, payload: bytes) -> None:
+        self._events.append(Delivered(src, payload))
+        self._buffered += len(payload)
+        st = self.stats
+        st.delivered += 1
+        st.delivered_bytes += len(payload)
+
+    def _reassemble(self, rec: RecvRecord, s: int, payload: bytes, index: int, count: int,
+                    total: int) -> None:
+        first = s - index
+        entry = rec.reasm.get(first)
+        if entry is None:
+            entry = rec.reasm[first] = Reassembly(count, total)
+        if entry.count != count or entry.total != total or index in entry.parts:
+            self.stats.reassembly_errors += 1
+            return
+        entry.parts[index] = payload
+        entry.size += len(payload)
+        if entry.size > total:
+            self.stats.reassembly_errors += 1
+            del rec.reasm[first]
+            return
+        if len(entry.parts) == count:
+            del rec.reasm[first]
+            if entry.size != total:
+                self.stats.reassembly_errors += 1
+                return
+            parts = entry.parts
+            self._deliver(rec.peer, b"".join(parts[i] for i in range(count)))
+
+    def _on_reqslots(self, src: str, s: int, n: int, low: int, now: float) -> None:
+        rec = self._rr.get(src)
+        if rec is None:
+            if n == 0:
+                return  # a release for a record already gone
+            rec = RecvRecord(src, self._clock.take(), s, now, self.config.probe_interval_s)
+            self._rr[src] = rec
+            self.stats.recv_records_created += 1
+            self._schedule(rec, now + rec.probe_iv)
+        rec.last_active = now
+        rec.probe_iv = self.config.probe_interval_s
+        rec.drop_below(low)
+        if n:
+            self._grant(rec, s, n)
+        elif rec.low >= rec.sck and not rec.reasm:
+            self._discard_recv(rec)
+
+    def _grant(self, rec: RecvRecord, s: int, n: int) -> None:
+        """Answer REQSLOTS(s, n): grant ``[s, s+m)``, all live, or defer while buffers are full."""
+        if s < rec.low or (rec.dead and s < rec.sck and max(rec.dead) >= s):
+            self.stats.stale_frames += 1  # an old request: the sender has moved past it
+            return
+        cfg = self.config
+        end = min(s + n, rec.low + cfg.max_live_slots)
+        if self._buffered >= cfg.recv_buffer_bytes or end <= s:
+            if rec.deferred is None:
+                self.stats.grants_deferred += 1
+            rec.deferred = (s, n)
+            if self._buffered >= cfg.recv_buffer_bytes:
+                self._deferred[rec.peer] = rec
+            return
+        if end > rec.sck:
+            rec.sck = end
+        self._emit(rec.peer, _SLOTS_PACK(_SLOTS, s, rec.rck, end - s))
+
+    def _recv_timer(self, rec: RecvRecord, now: float) -> None:
+        due = rec.last_active + rec.probe_iv
+        if now < due:
+            self._schedule(rec, due)
+            return
+        if rec.low >= rec.sck and not rec.reasm and rec.deferred is None:
+            self._discard_recv(rec)
+            return
+        self._emit(rec.peer, _SLOTS_PACK(_SLOTS, rec.sck, rec.rck, 0))
+        self.stats.probes_sent += 1
+        rec.last_active = now
+        rec.probe_iv = min(rec.probe_iv * 2, self.config.probe_interval_max_s)
+        self._schedule(rec, now + rec.probe_iv)
+
+    def _discard_recv(self, rec: RecvRecord) -> None:
+        rec.alive = False
+        del self._rr[rec.peer]
+        self._deferred.pop(rec.peer, None)
+        self.stats.recv_records_discarded += 1
+
+    def _flush_acks(self) -> None:
+        budget = self._mds - 300  # leave room for the header and other frames
+        max_ranges = max(1, (budget - wire.ACK_S.size) // _RANGE_SIZE)
+        for peer, per_r in self._acks.items():
+            for r, slots in per_r.items():
+                ranges = wire.to_ranges(slots)
+                for i in range(0, len(ranges), max_ranges):
+                    self._emit(peer, wire.encode_ack(r, ranges[i:i + max_ranges]))
+        self._acks.clear()
+
+    def _count_error(self, exc: wire.WireError) -> None:
+        if exc.kind == "truncated":
+            self.stats.truncated += 1
+        else:
+            self.stats.malformed += 1

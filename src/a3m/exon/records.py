@@ -1,0 +1,135 @@
+"""Soft state: one send record and one receive record per peer and direction.
+
+Records are plain slotted objects; :mod:`a3m.exon.protocol` owns every rule that changes them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+INF = float("inf")
+
+#: A queued piece: (payload, fragment (index, count, total) or None, receipt meta).
+QueueItem = tuple[bytes, "tuple[int, int, int] | None", Any]
+#: An unacknowledged token: (encoded frame, rck, receipt meta, last sent at, transmissions).
+Token = tuple[bytes, int, Any, float, int]
+
+
+class SendRecord:
+    """The sending half-connection to one peer.
+
+    Envelopes (granted, unused slots) are the interval ``[env_lo, sck)``; tokens are kept in
+    slot order (insertion order of the dict), so the first key is the lowest one in use.
+    """
+
+    __slots__ = (
+        "peer", "sck", "rck", "env_lo", "queue", "tokens",
+        "req_out", "req_sent_at", "req_tx", "req_end",
+        "srtt", "rttvar", "rto", "backoff", "idle_since", "timer_at", "alive",
+    )
+
+    def __init__(self, peer: str, start: int, rto: float, now: float) -> None:
+        self.peer = peer
+        self.sck = start
+        self.rck = 0
+        self.env_lo = start
+        self.queue: deque[QueueItem] = deque()
+        self.tokens: dict[int, Token] = {}
+        self.req_out = False
+        self.req_sent_at = 0.0
+        self.req_tx = 0
+        self.req_end = start
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.rto = rto
+        self.backoff = 1
+        self.idle_since: float | None = now
+        self.timer_at = INF
+        self.alive = True
+
+    @property
+    def pending(self) -> int:
+        """Pieces queued or unacknowledged (what the windows count)."""
+        return len(self.queue) + len(self.tokens)
+
+    def lowest_in_use(self) -> int:
+        """The ``l`` of REQSLOTS: no slot below it will ever be used by this record."""
+        if self.tokens:
+            return next(iter(self.tokens))
+        return self.env_lo
+
+
+class Reassembly:
+    """Fragments of one message, keyed by fragment index (memory grows only with arrivals)."""
+
+    __slots__ = ("count", "total", "size", "parts")
+
+    def __init__(self, count: int, total: int) -> None:
+        self.count = count
+        self.total = total
+        self.size = 0
+        self.parts: dict[int, bytes] = {}
+
+
+class RecvRecord:
+    """The receiving half-connection from one peer.
+
+    Live slots are ``[low, sck)`` minus ``dead`` (consumed slots above ``low``): an interval and
+    a small set, so a peer with a huge clock costs nothing (never a bitmap based at 0).
+    """
+
+    __slots__ = (
+        "peer", "rck", "sck", "low", "dead", "reasm", "last_active", "probe_iv",
+        "deferred", "timer_at", "alive",
+    )
+
+    def __init__(self, peer: str, rck: int, start: int, now: float, probe_iv: float) -> None:
+        self.peer = peer
+        self.rck = rck
+        self.sck = start
+        self.low = start
+        self.dead: set[int] = set()
+        self.reasm: dict[int, Reassembly] = {}
+        self.last_active = now
+        self.probe_iv = probe_iv
+        self.deferred: tuple[int, int] | None = None
+        self.timer_at = INF
+        self.alive = True
+
+    def is_live(self, s: int) -> bool:
+        """Whether slot ``s`` is granted and not yet consumed."""
+        return self.low <= s < self.sck and s not in self.dead
+
+    def live_count(self) -> int:
+        return self.sck - self.low - len(self.dead)
+
+    def consume(self, s: int) -> None:
+        """Mark live slot ``s`` consumed."""
+        if s == self.low:
+            low = s + 1
+            dead = self.dead
+            if dead:
+                while low in dead:
+                    dead.remove(low)
+                    low += 1
+            self.low = low
+        else:
+            self.dead.add(s)
+
+    def drop_below(self, bound: int) -> None:
+        """Forget every live slot below ``bound`` (the sender's ``l``)."""
+        bound = min(bound, self.sck)
+        if bound <= self.low:
+            return
+        self.low = bound
+        if self.dead:
+            self.dead = {x for x in self.dead if x >= bound}
+            self.consume_prefix()
+
+    def consume_prefix(self) -> None:
+        low, dead = self.low, self.dead
+        while low in dead:
+            dead.remove(low)
+            low += 1
+        self.low = low

@@ -1,0 +1,216 @@
+"""The Exon datagram codec (byte layout in ``docs/exon-wire.md``).
+
+A datagram is a header naming its source and destination nodes, then one or more frames.
+All integers are big-endian and fixed width. Decoding raises :class:`WireError` (a
+:class:`~a3m.errors.ProtocolViolation`) and nothing else, whatever the input.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from a3m.errors import ProtocolViolation
+
+VERSION: Final = 1
+
+REQSLOTS: Final = 0x01
+SLOTS: Final = 0x02
+TOKEN: Final = 0x03
+ACK: Final = 0x04
+
+#: TOKEN flag: the token carries one fragment of a larger message.
+FLAG_FRAGMENT: Final = 0x01
+
+MAX_ID_BYTES: Final = 255
+U64_MAX: Final = (1 << 64) - 1
+
+REQSLOTS_S: Final = struct.Struct(">BQIQ")  # type, s, n, l
+SLOTS_S: Final = struct.Struct(">BQQI")  # type, s, r, n
+TOKEN_S: Final = struct.Struct(">BBQQH")  # type, flags, s, r, payload length
+FRAG_S: Final = struct.Struct(">III")  # fragment index, fragment count, message length
+ACK_S: Final = struct.Struct(">BQH")  # type, r, number of ranges
+RANGE_S: Final = struct.Struct(">QI")  # first slot, count
+
+TOKEN_OVERHEAD: Final = TOKEN_S.size
+FRAGMENT_OVERHEAD: Final = TOKEN_S.size + FRAG_S.size
+MAX_ACK_RANGES: Final = 0xFFFF
+
+# Decoded frames are plain tuples (cheap on the hot path):
+#   (REQSLOTS, s, n, l)
+#   (SLOTS, s, r, n)
+#   (TOKEN, s, r, payload, index, count, total)   # unfragmented: index 0, count 1
+#   (ACK, r, ((first, count), ...))
+Frame = tuple[Any, ...]
+
+
+class WireError(ProtocolViolation):
+    """A datagram that cannot be decoded; ``kind`` is ``"truncated"`` or ``"malformed"``."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind} datagram: {detail}")
+        self.kind = kind
+
+
+def encode_id(node_id: str) -> bytes:
+    """Encode a node id as it appears in a header: length byte, then UTF-8."""
+    raw = node_id.encode("utf-8")
+    if not 1 <= len(raw) <= MAX_ID_BYTES:
+        raise ValueError(f"node id must be 1..{MAX_ID_BYTES} UTF-8 bytes: {node_id!r}")
+    return bytes((len(raw),)) + raw
+
+
+def encode_header(src: str, dst: str, flags: int = 0) -> bytes:
+    """The datagram header: version, flags, source id, destination id."""
+    return bytes((VERSION, flags)) + encode_id(src) + encode_id(dst)
+
+
+def encode_reqslots(s: int, n: int, low: int) -> bytes:
+    """REQSLOTS: ask for ``n`` slots starting at ``s``; slots below ``low`` may be dropped."""
+    return REQSLOTS_S.pack(REQSLOTS, s, n, low)
+
+
+def encode_slots(s: int, r: int, n: int) -> bytes:
+    """SLOTS: slots ``[s, s+n)`` of receive record ``r`` are granted (``n == 0``: a probe)."""
+    return SLOTS_S.pack(SLOTS, s, r, n)
+
+
+def encode_token(s: int, r: int, payload: bytes, fragment: tuple[int, int, int] | None = None
+                 ) -> bytes:
+    """TOKEN: ``payload`` bound to slot ``s`` of receive record ``r``.
+
+    ``fragment`` is ``(index, count, total)`` when the payload is one piece of a larger message.
+    """
+    if fragment is None:
+        return TOKEN_S.pack(TOKEN, 0, s, r, len(payload)) + payload
+    return (TOKEN_S.pack(TOKEN, FLAG_FRAGMENT, s, r, len(payload)) + FRAG_S.pack(*fragment)
+            + payload)
+
+
+def encode_ack(r: int, ranges: Sequence[tuple[int, int]]) -> bytes:
+    """ACK: the slots in ``ranges`` (``(first, count)`` pairs) of record ``r`` are consumed."""
+    parts = [ACK_S.pack(ACK, r, len(ranges))]
+    parts.extend(RANGE_S.pack(first, count) for first, count in ranges)
+    return b"".join(parts)
+
+
+def ack_size(nranges: int) -> int:
+    """Encoded size of an ACK frame with ``nranges`` ranges."""
+    return ACK_S.size + RANGE_S.size * nranges
+
+
+def to_ranges(slots: Iterable[int]) -> list[tuple[int, int]]:
+    """Range-encode slot ids: sorted, duplicates merged, as ``(first, count)`` pairs."""
+    out: list[tuple[int, int]] = []
+    first = prev = -2
+    for s in sorted(slots):
+        if s == prev + 1:
+            prev = s
+        elif s != prev:
+            if first >= 0:
+                out.append((first, prev - first + 1))
+            first = prev = s
+    if first >= 0:
+        out.append((first, prev - first + 1))
+    return out
+
+
+def decode_header(data: bytes | memoryview) -> tuple[bytes, bytes, int]:
+    """Return ``(src id bytes, dst id bytes, offset of the first frame)``."""
+    n = len(data)
+    if n < 4:
+        raise WireError("truncated", "shorter than the smallest header")
+    if data[0] != VERSION:
+        raise WireError("malformed", f"unknown version {data[0]}")
+    ls = data[2]
+    end_src = 3 + ls
+    if n < end_src + 1:
+        raise WireError("truncated", "source id cut short")
+    ld = data[end_src]
+    end_dst = end_src + 1 + ld
+    if n < end_dst:
+        raise WireError("truncated", "destination id cut short")
+    if ls == 0 or ld == 0:
+        raise WireError("malformed", "empty node id")
+    return bytes(data[3:end_src]), bytes(data[end_src + 1:end_dst]), end_dst
+
+
+def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
+                  ) -> tuple[list[Frame], WireError | None]:
+    """Decode the frames from ``offset`` on.
+
+    Returns the frames decoded before any error, and the error (or None): a datagram whose
+    tail is damaged still yields its intact leading frames, each of which stands alone.
+    """
+    frames: list[Frame] = []
+    n = len(data)
+    if offset >= n:
+        return frames, WireError("malformed", "no frame")
+    try:
+        while offset < n:
+            kind = data[offset]
+            if kind == TOKEN:
+                _, flags, s, r, length = TOKEN_S.unpack_from(data, offset)
+                offset += TOKEN_S.size
+                if flags & ~FLAG_FRAGMENT:
+                    raise WireError("malformed", f"unknown token flags {flags:#x}")
+                if flags:
+                    index, count, total = FRAG_S.unpack_from(data, offset)
+                    offset += FRAG_S.size
+                    if not (index < count and 2 <= count <= total <= max_message_size
+                            and length <= total):
+                        raise WireError("malformed", "inconsistent fragment fields")
+                else:
+                    index, count, total = 0, 1, length
+                end = offset + length
+                if end > n:
+                    raise WireError("truncated", "token payload cut short")
+                frames.append((TOKEN, s, r, bytes(data[offset:end]), index, count, total))
+                offset = end
+            elif kind == ACK:
+                _, r, k = ACK_S.unpack_from(data, offset)
+                offset += ACK_S.size
+                if k == 0:
+                    raise WireError("malformed", "ack without ranges")
+                if offset + k * RANGE_S.size > n:
+                    raise WireError("truncated", "ack ranges cut short")
+                ranges = tuple(RANGE_S.iter_unpack(bytes(data[offset:offset + k * RANGE_S.size])))
+                offset += k * RANGE_S.size
+                for first, count in ranges:
+                    if count == 0 or first + count > U64_MAX:
+                        raise WireError("malformed", "empty or overflowing ack range")
+                frames.append((ACK, r, ranges))
+            elif kind == REQSLOTS:
+                _, s, cnt, low = REQSLOTS_S.unpack_from(data, offset)
+                offset += REQSLOTS_S.size
+                if s + cnt > U64_MAX:
+                    raise WireError("malformed", "slot range overflows")
+                frames.append((REQSLOTS, s, cnt, low))
+            elif kind == SLOTS:
+                _, s, r, cnt = SLOTS_S.unpack_from(data, offset)
+                offset += SLOTS_S.size
+                if s + cnt > U64_MAX:
+                    raise WireError("malformed", "slot range overflows")
+                frames.append((SLOTS, s, r, cnt))
+            else:
+                raise WireError("malformed", f"unknown frame type {kind:#x}")
+    except struct.error:
+        return frames, WireError("truncated", "frame cut short")
+    except WireError as exc:
+        return frames, exc
+    return frames, None
+
+
+def decode_datagram(data: bytes | memoryview, max_message_size: int = 1 << 32
+                    ) -> tuple[str, str, list[Frame]]:
+    """Decode a whole datagram strictly (any damage raises :class:`WireError`)."""
+    src, dst, offset = decode_header(data)
+    try:
+        src_id, dst_id = src.decode("utf-8"), dst.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WireError("malformed", "node id is not UTF-8") from exc
+    frames, error = decode_frames(data, offset, max_message_size)
+    if error is not None:
+        raise error
+    return src_id, dst_id, frames

@@ -1,0 +1,136 @@
+"""Two or more ExonProtocol objects joined in-process: delivery, batching, receipts, windows."""
+
+from __future__ import annotations
+
+import pytest
+
+from a3m.errors import Closed, MessageTooLarge, WouldBlock
+from a3m.exon import Delivered, ExonConfig, ReceiptReady, Writable, wire
+
+from .pair import Pair
+
+
+def test_messages_delivered_once_with_receipts_and_batching() -> None:
+    p = Pair("a", "b")
+    a = p.nodes["a"]
+    rids = [a.send("b", b"m%d" % i, p.now, receipt=True) for i in range(500)]
+    p.transfer()
+    got = p.delivered("b")
+    assert sorted(m for _, m in got) == sorted(b"m%d" % i for i in range(500))
+    assert {src for src, _ in got} == {"a"}
+    receipts = [e.receipt_id for e in p.events["a"] if isinstance(e, ReceiptReady)]
+    assert sorted(receipts) == sorted(rids)
+    # Batching: 500 tokens travel in far fewer datagrams than messages.
+    assert a.stats.datagrams_out < 60
+    assert p.nodes["b"].stats.datagrams_out < 60
+
+
+def test_acks_are_range_encoded() -> None:
+    p = Pair("a", "b")
+    for _i in range(300):
+        p.nodes["a"].send("b", b"x", p.now)
+    p.transfer()
+    acks = [f for src, _, d in p.wire_log if src == "b"
+            for f in wire.decode_datagram(d)[2] if f[0] == wire.ACK]
+    assert sum(c for f in acks for _, c in f[2]) == 300
+    assert sum(len(f[2]) for f in acks) <= len(acks) + 2  # contiguous slots -> few ranges
+
+
+def test_both_directions_and_three_nodes() -> None:
+    p = Pair("a", "b", "c")
+    for src in "abc":
+        for dst in "abc":
+            if src != dst:
+                for i in range(50):
+                    p.nodes[src].send(dst, f"{src}{dst}{i}".encode(), p.now)
+    p.transfer()
+    for dst in "abc":
+        got = sorted(m for _, m in p.delivered(dst))
+        want = sorted(f"{s}{dst}{i}".encode() for s in "abc" if s != dst for i in range(50))
+        assert got == want
+
+
+def test_fragmented_8_mib_message_delivered_whole_once() -> None:
+    p = Pair("a", "b")
+    big = bytes(range(256)) * (8 * 4096)  # 8 MiB
+    rid = p.nodes["a"].send("b", big, p.now, receipt=True)
+    p.transfer()
+    got = p.delivered("b")
+    assert len(got) == 1 and got[0][1] == big
+    assert ReceiptReady(rid) in p.events["a"]  # type: ignore[arg-type]
+
+
+def test_fragmented_message_under_loss_is_whole_once() -> None:
+    p = Pair("a", "b")
+    n = 0
+
+    def lossy(data: bytes, src: str, dst: str) -> bool:
+        nonlocal n
+        n += 1
+        return n % 3 != 0
+
+    p.filter = lossy
+    big = bytes(range(256)) * 2000
+    p.nodes["a"].send("b", big, p.now)
+    p.nodes["a"].send("b", b"small", p.now)
+    p.transfer()
+    p.advance(30)
+    got = sorted(m for _, m in p.delivered("b"))
+    assert got == sorted([big, b"small"])
+
+
+def test_self_send_bypasses_network() -> None:
+    p = Pair("a")
+    a = p.nodes["a"]
+    rid = a.send("a", b"me", p.now, receipt=True)
+    assert a.datagrams_to_send(p.now) == []
+    evs = a.drain_events()
+    assert Delivered("a", b"me") in evs and ReceiptReady(rid) in evs  # type: ignore[arg-type]
+
+
+def test_message_too_large_and_closed() -> None:
+    p = Pair("a", "b", config=ExonConfig(max_message_size=1000))
+    with pytest.raises(MessageTooLarge):
+        p.nodes["a"].send("b", b"x" * 1001, p.now)
+    p.nodes["a"].close(p.now)
+    with pytest.raises(Closed):
+        p.nodes["a"].send("b", b"x", p.now)
+
+
+def test_window_full_raises_would_block_then_reopens() -> None:
+    p = Pair("a", "b", config=ExonConfig(window_per_peer=10, window_global=100))
+    a = p.nodes["a"]
+    for i in range(10):
+        a.send("b", b"%d" % i, p.now)
+    assert not a.can_send("b")
+    with pytest.raises(WouldBlock):
+        a.send("b", b"over", p.now)
+    p.transfer()
+    assert any(isinstance(e, Writable) for e in p.events["a"])
+    assert a.can_send("b")
+    a.send("b", b"over", p.now)
+    p.transfer()
+    assert len(p.delivered("b")) == 11
+
+
+def test_idle_records_released_and_discarded() -> None:
+    p = Pair("a", "b")
+    for _i in range(20):
+        p.nodes["a"].send("b", b"x", p.now)
+    p.transfer()
+    assert p.nodes["a"].record_counts() == (1, 0)
+    assert p.nodes["b"].record_counts() == (0, 1)
+    p.advance(p.config.idle_release_s + 0.5)
+    assert p.nodes["a"].is_idle() and p.nodes["b"].is_idle()
+
+
+def test_graceful_close_waits_for_in_flight() -> None:
+    p = Pair("a", "b")
+    a = p.nodes["a"]
+    for i in range(50):
+        a.send("b", b"%d" % i, p.now)
+    a.close(p.now)
+    assert not a.is_closed()
+    p.transfer()
+    assert a.is_closed()
+    assert len(p.delivered("b")) == 50
