@@ -672,6 +672,18 @@ class ExonProtocol:
             self.stats.stale_frames += 1  # an old request: the sender has moved past it
             return
         cfg = self.config
+        if s > rec.sck:
+            # The sender starts above our range (its clock moved on): slots in the gap were
+            # never granted, so they must not become live.
+            if rec.low >= rec.sck:
+                rec.low = rec.sck = s
+                rec.dead.clear()
+            elif s - rec.sck <= cfg.max_live_slots:
+                rec.dead.update(range(rec.sck, s))
+                rec.sck = s
+            else:
+                self.stats.stale_frames += 1
+                return
         end = min(s + n, rec.low + cfg.max_live_slots)
         if self._buffered >= cfg.recv_buffer_bytes or end <= s:
             if rec.deferred is None:

@@ -1,0 +1,144 @@
+"""The Exon datagram codec: golden vectors (also in docs/exon-wire.md), round trips, fuzzing."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from a3m.exon import ExonProtocol, wire
+
+# Golden vectors: these bytes are the protocol. A change here is a wire-format change.
+GOLDEN = {
+    "header alpha->beta": (wire.encode_header("alpha", "beta"), "010005616c7068610462657461"),
+    "REQSLOTS s=1000 n=64 l=990": (
+        wire.encode_reqslots(1000, 64, 990), "0100000000000003e80000004000000000000003de"),
+    "SLOTS s=1000 r=7 n=64": (
+        wire.encode_slots(1000, 7, 64), "0200000000000003e8000000000000000700000040"),
+    "TOKEN s=1000 r=7 'hi'": (
+        wire.encode_token(1000, 7, b"hi"), "030000000000000003e8000000000000000700026869"),
+    "TOKEN fragment 1/3 of 9 bytes": (
+        wire.encode_token(1001, 7, b"abc", (1, 3, 9)),
+        "030100000000000003e900000000000000070003000000010000000300000009616263"),
+    "ACK r=7 [1000..1002] [1005]": (
+        wire.encode_ack(7, [(1000, 3), (1005, 1)]),
+        "040000000000000007000200000000000003e80000000300000000000003ed00000001"),
+}
+
+DATAGRAM = bytes.fromhex(
+    "010005616c7068610462657461"
+    "030000000000000003e8000000000000000700026869"
+    "040000000000000007000100000000000003e800000002")
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_golden_vectors(name: str) -> None:
+    encoded, hexed = GOLDEN[name]
+    assert encoded.hex() == hexed
+
+
+def test_golden_datagram_decodes() -> None:
+    src, dst, frames = wire.decode_datagram(DATAGRAM)
+    assert (src, dst) == ("alpha", "beta")
+    assert frames == [(wire.TOKEN, 1000, 7, b"hi", 0, 1, 2), (wire.ACK, 7, ((1000, 2),))]
+
+
+def test_round_trip_every_frame() -> None:
+    frames = [
+        wire.encode_reqslots(2**63, 2**32 - 1, 5),
+        wire.encode_slots(0, 2**64 - 2, 1),
+        wire.encode_token(3, 4, b"payload"),
+        wire.encode_token(9, 4, b"xy", (0, 2, 4)),
+        wire.encode_ack(4, [(1, 1), (10, 5)]),
+    ]
+    data = wire.encode_header("n\u00e9", "m") + b"".join(frames)
+    src, dst, out = wire.decode_datagram(data)
+    assert (src, dst) == ("n\u00e9", "m")
+    assert out == [
+        (wire.REQSLOTS, 2**63, 2**32 - 1, 5),
+        (wire.SLOTS, 0, 2**64 - 2, 1),
+        (wire.TOKEN, 3, 4, b"payload", 0, 1, 7),
+        (wire.TOKEN, 9, 4, b"xy", 0, 2, 4),
+        (wire.ACK, 4, ((1, 1), (10, 5))),
+    ]
+
+
+def test_to_ranges() -> None:
+    assert wire.to_ranges([5, 3, 4, 4, 9, 10, 1]) == [(1, 1), (3, 3), (9, 2)]
+    assert wire.to_ranges([]) == []
+
+
+@pytest.mark.parametrize("cut", [c for c in range(1, len(DATAGRAM)) if c != 35])
+def test_every_truncation_is_an_error_not_a_crash(cut: int) -> None:
+    """Every cut but the one at the frame boundary (35: header + the whole TOKEN) is an error."""
+    data = DATAGRAM[:cut]
+    with pytest.raises(wire.WireError):
+        wire.decode_datagram(data)
+
+
+@pytest.mark.parametrize("bad, kind", [
+    (b"\x02\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version
+    (b"\x01\x00\x00\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # empty src id
+    (wire.encode_header("a", "b") + b"\x09", "malformed"),  # unknown frame type
+    (wire.encode_header("a", "b"), "malformed"),  # no frame
+    (wire.encode_header("a", "b") + bytes.fromhex("0400000000000000070000"), "malformed"),
+    (wire.encode_header("a", "b") + wire.encode_token(1, 1, b"abc", (3, 3, 9)), "malformed"),
+    (wire.encode_header("a", "b") + wire.encode_token(1, 1, b"abc", (0, 3, 2)), "malformed"),
+    (wire.encode_header("a", "b") + wire.encode_reqslots(2**64 - 1, 5, 0), "malformed"),
+])
+def test_malformed_inputs(bad: bytes, kind: str) -> None:
+    with pytest.raises(wire.WireError) as info:
+        wire.decode_datagram(bad)
+    assert info.value.kind == kind
+
+
+def _feed_is_safe(proto: ExonProtocol, data: bytes) -> None:
+    before = proto.stats.datagrams_in
+    proto.receive_datagram(data, ("10.0.0.9", 1), 1.0)  # must never raise
+    proto.handle_timer(2.0)
+    proto.datagrams_to_send(2.0)
+    assert proto.stats.datagrams_in == before + 1
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300))
+def test_fuzz_random_bytes_never_raise(data: bytes) -> None:
+    with contextlib.suppress(wire.WireError):
+        wire.decode_datagram(data)
+    _feed_is_safe(ExonProtocol("beta"), data)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(DATAGRAM) - 1), st.integers(0, 255)),
+                min_size=1, max_size=6),
+       st.integers(0, len(DATAGRAM)))
+def test_fuzz_mutated_valid_datagrams(mutations: list[tuple[int, int]], cut: int) -> None:
+    data = bytearray(DATAGRAM)
+    for pos, value in mutations:
+        data[pos] = value
+    mutated = bytes(data[: max(cut, 1)])
+    with contextlib.suppress(wire.WireError):
+        wire.decode_datagram(mutated)
+    proto = ExonProtocol("beta")
+    _feed_is_safe(proto, mutated)
+    st_ = proto.stats
+    assert st_.delivered + st_.malformed + st_.truncated + st_.wrong_dst + st_.duplicates >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([
+    wire.encode_reqslots(0, 3, 0), wire.encode_slots(0, 0, 3), wire.encode_slots(5, 0, 0),
+    wire.encode_token(0, 0, b"a"), wire.encode_token(1, 0, b"b", (1, 2, 2)),
+    wire.encode_token(0, 0, b"b", (0, 2, 2)), wire.encode_ack(0, [(0, 2**32 - 1)]),
+    wire.encode_reqslots(0, 0, 2**63),
+]), min_size=1, max_size=12))
+def test_fuzz_frame_sequences_keep_state_bounded(frames: list[bytes]) -> None:
+    proto = ExonProtocol("beta")
+    data = wire.encode_header("alpha", "beta") + b"".join(frames)
+    _feed_is_safe(proto, data)
+    sends, recvs = proto.record_counts()
+    assert sends == 0 and recvs <= 1
+    # Delivered only what a granted, live slot allowed: at most one per distinct slot.
+    assert proto.stats.delivered <= 2
