@@ -130,6 +130,18 @@ class ExonProtocol:
                 self._addr[node_id] = addr
         return addr
 
+    def announce(self, now: float) -> None:
+        """Tell every peer we hold a record with where we are now (after a rebind).
+
+        Peers learn a new address from any datagram; this sends each one a harmless frame at
+        once instead of waiting for a retransmission or a probe: a probe from each receive
+        record and a REQSLOTS(n=0) carrying ``l`` from each send record.
+        """
+        for rr in self._rr.values():
+            self._emit(rr.peer, _SLOTS_PACK(_SLOTS, rr.sck, rr.rck, 0))
+        for sr in self._sr.values():
+            self._emit(sr.peer, _REQSLOTS_PACK(_REQSLOTS, sr.sck, 0, sr.lowest_in_use()))
+
     @property
     def clock(self) -> int:
         """The node clock ``ck`` (diagnostics)."""
