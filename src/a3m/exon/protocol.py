@@ -320,6 +320,8 @@ class ExonProtocol:
         st.frames_in += len(frames)
         rr = self._rr.get(src)
         acks: dict[int, list[int]] | None = None
+        push_event = self._events.append
+        n_deliv = n_bytes = 0
         for f in frames:
             kind = f[0]
             if kind == _TOKEN:
@@ -327,15 +329,23 @@ class ExonProtocol:
                 if rr is None:
                     rr = self._rr.get(src)
                 if rr is not None and rr.rck == r and rr.low <= s < rr.sck and s not in rr.dead:
-                    rr.consume(s)
+                    if s == rr.low and not rr.dead:
+                        rr.low = s + 1  # in-order arrival: the common case, inlined
+                    else:
+                        rr.consume(s)
                     rr.last_active = now
                     if count == 1:
-                        self._deliver(src, payload)
+                        push_event(Delivered(src, payload))
+                        n_deliv += 1
+                        n_bytes += len(payload)
                     else:
                         self._reassemble(rr, s, payload, index, count, total)
                     if rr.deferred is not None:
                         d_s, d_n = rr.deferred
                         rr.deferred = None
+                        self._buffered += n_bytes  # _grant looks at the buffer level
+                        st.delivered_bytes += n_bytes
+                        n_bytes = 0
                         self._grant(rr, d_s, d_n)
                 else:
                     st.duplicates += 1
@@ -355,6 +365,10 @@ class ExonProtocol:
                 rr = self._rr.get(src)
             else:
                 self._on_slots(src, f[1], f[2], f[3], now)
+        if n_deliv:
+            self._buffered += n_bytes
+            st.delivered += n_deliv
+            st.delivered_bytes += n_bytes
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
         """Everything due now, packed into as few datagrams as fit ``max_datagram_size``."""
