@@ -195,6 +195,7 @@ class ExonProtocol:
             if not dst or len(dst.encode("utf-8")) > wire.MAX_ID_BYTES:
                 raise UsageError(f"bad node id {dst!r}")
             rec = SendRecord(dst, self._clock.value, cfg.rto_initial_s, now)
+            rec.max_single = self._mds - len(self._header(dst)) - wire.TOKEN_OVERHEAD
             self._sr[dst] = rec
             self.stats.send_records_created += 1
         elif (len(rec.queue) + len(rec.tokens) >= cfg.window_per_peer
@@ -202,9 +203,8 @@ class ExonProtocol:
             self._blocked = True
             raise WouldBlock(f"send window to {dst!r} full")
         data = bytes(payload)
-        single = self._mds - len(self._header(dst)) - wire.TOKEN_OVERHEAD
         rec.idle_since = None
-        if size <= single:
+        if size <= rec.max_single:
             if not rec.queue and rec.env_lo < rec.sck:
                 # Fast path: an envelope is in hand, the token goes out at once.
                 s = rec.env_lo
@@ -222,7 +222,7 @@ class ExonProtocol:
             rec.queue.append((data, None, rid))
             self._pending_total += 1
         else:
-            chunk = self._mds - len(self._header(dst)) - wire.FRAGMENT_OVERHEAD
+            chunk = rec.max_single - (wire.FRAGMENT_OVERHEAD - wire.TOKEN_OVERHEAD)
             count = -(-size // chunk)
             meta = [count, rid]
             view = memoryview(data)

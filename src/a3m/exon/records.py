@@ -26,7 +26,7 @@ class SendRecord:
     __slots__ = (
         "peer", "sck", "rck", "env_lo", "queue", "tokens",
         "req_out", "req_sent_at", "req_tx", "req_end",
-        "srtt", "rttvar", "rto", "backoff", "idle_since", "timer_at", "alive",
+        "srtt", "rttvar", "rto", "backoff", "idle_since", "timer_at", "alive", "max_single",
     )
 
     def __init__(self, peer: str, start: int, rto: float, now: float) -> None:
@@ -47,6 +47,7 @@ class SendRecord:
         self.idle_since: float | None = now
         self.timer_at = INF
         self.alive = True
+        self.max_single = 0  # largest unfragmented payload (set by the protocol)
 
     @property
     def pending(self) -> int:
