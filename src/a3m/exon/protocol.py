@@ -276,6 +276,10 @@ class ExonProtocol:
         """No record, nothing queued or in flight, nothing waiting to be sent."""
         return not self._sr and not self._rr and not self._out and not self._acks
 
+    def has_output(self) -> bool:
+        """Whether :meth:`datagrams_to_send` has something to send now."""
+        return bool(self._out or self._acks)
+
     def record_counts(self) -> tuple[int, int]:
         """(send records, receive records) currently held."""
         return len(self._sr), len(self._rr)

@@ -1,0 +1,227 @@
+"""``a3m.exon.Endpoint``: the Exon transport on its own, with a blocking, thread-safe API."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Hashable, Mapping
+from random import Random
+from typing import Any
+
+from a3m.errors import Closed, Timeout, UsageError, WouldBlock
+from a3m.exon.clock import ClockStore
+from a3m.exon.config import ExonConfig
+from a3m.exon.discovery import Resolver, StaticDiscovery
+from a3m.exon.events import Delivered, Event, ReceiptReady
+from a3m.exon.protocol import ExonProtocol
+from a3m.runtime.clock_store import FileClockStore, WallClockStore
+from a3m.runtime.discovery_file import FileDiscovery
+from a3m.runtime.driver import Driver
+
+
+def _deadline(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if timeout < 0:
+        raise UsageError("timeout must be >= 0 or None")
+    return time.monotonic() + timeout
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def make_resolver(discovery: Any) -> Resolver | None:
+    """A mapping becomes a static map, a path a file source, a callable is used as is."""
+    if discovery is None or callable(discovery):
+        return discovery
+    if isinstance(discovery, Mapping):
+        return StaticDiscovery(discovery)
+    if isinstance(discovery, (str, os.PathLike)):
+        return FileDiscovery(discovery)
+    raise UsageError("discovery must be a mapping, a file path or a callable")
+
+
+def make_clock_store(clock_file: str | os.PathLike[str] | None) -> ClockStore:
+    return WallClockStore() if clock_file is None else FileClockStore(clock_file)
+
+
+class Endpoint:
+    """An Exon node on a UDP socket: exactly-once delivery of byte payloads between node ids.
+
+    Options: every :class:`~a3m.exon.ExonConfig` field by name, plus ``clock_file`` (where the
+    node clock is reserved ahead of use; by default the wall clock seeds it) and ``discovery``
+    (a mapping ``id -> (host, port)``, a path to an ``id,host,port`` file, or a callable).
+    """
+
+    def __init__(self, node_id: str | None = None, bind: str | tuple[str, int] = "127.0.0.1:0",
+                 *, clock_file: str | os.PathLike[str] | None = None, discovery: Any = None,
+                 seed: int | None = None, **options: Any) -> None:
+        self.id = node_id or f"exon-{os.getpid()}-{os.urandom(4).hex()}"
+        config = ExonConfig.from_options(options)
+        self._proto = ExonProtocol(self.id, config, Random(seed),
+                                   make_clock_store(clock_file), make_resolver(discovery))
+        self._inbox: deque[tuple[str, bytes]] = deque()
+        self._receipts: set[int] = set()
+        self._closed = False
+        self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}")
+
+    # ------------------------------------------------------------------ API
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The local ``(host, port)``."""
+        return self._driver.address
+
+    @property
+    def stats(self) -> dict[str, int]:
+        with self._driver.lock:
+            out = self._proto.stats.as_dict()
+        out["io_errors"] = self._driver.io_errors
+        out["loop_errors"] = self._driver.loop_errors
+        return out
+
+    def associate(self, node_id: str, address: Hashable) -> None:
+        """Register where ``node_id`` can be reached (traffic from it updates this later)."""
+        if isinstance(address, list):
+            address = tuple(address)
+        self._driver.call(lambda: self._proto.associate(node_id, address))
+
+    def rebind(self, bind: str | tuple[str, int]) -> None:
+        """Move to another local address mid-stream; peers follow without losing anything."""
+        self._check_open()
+        self._driver.rebind(bind)
+
+    def send(self, node_id: str, payload: bytes, receipt: bool = False,
+             timeout: float | None = None) -> int | None:
+        """Send ``payload`` to ``node_id`` exactly once; blocks while the windows are full.
+
+        Returns a receipt id when ``receipt`` is true. ``timeout=0`` never blocks (raises
+        :class:`~a3m.errors.WouldBlock`); a timeout that passes raises
+        :class:`~a3m.errors.Timeout` and nothing was sent.
+        """
+        deadline = _deadline(timeout)
+        drv = self._driver
+        with drv.cond:
+            while True:
+                self._check_open()
+                try:
+                    rid = self._proto.send(node_id, payload, time.monotonic(), receipt)
+                except WouldBlock:
+                    if timeout == 0:
+                        raise
+                    left = _remaining(deadline)
+                    if left is not None and left <= 0:
+                        raise Timeout(f"send to {node_id!r} timed out (window full)") from None
+                    drv.wake()
+                    drv.cond.wait(left)
+                    continue
+                drv.wake()
+                return rid
+
+    def recv(self, timeout: float | None = None) -> tuple[str, bytes]:
+        """The next delivered ``(node_id, payload)``; blocks up to ``timeout`` seconds."""
+        deadline = _deadline(timeout)
+        drv = self._driver
+        with drv.cond:
+            while not self._inbox:
+                self._check_open()
+                left = _remaining(deadline)
+                if left is not None and left <= 0:
+                    if timeout == 0:
+                        raise WouldBlock("nothing to receive")
+                    raise Timeout("recv timed out")
+                drv.cond.wait(left)
+            src, payload = self._inbox.popleft()
+            self._proto.consumed(len(payload))
+            if self._proto.has_output():
+                drv.wake()  # a deferred grant may have been released
+            return src, payload
+
+    def recv_many(self, max_items: int = 1024, timeout: float | None = None
+                  ) -> list[tuple[str, bytes]]:
+        """Up to ``max_items`` delivered messages at once (at least one, or Timeout)."""
+        first = self.recv(timeout)
+        out = [first]
+        with self._driver.lock:
+            inbox = self._inbox
+            nbytes = 0
+            while inbox and len(out) < max_items:
+                item = inbox.popleft()
+                nbytes += len(item[1])
+                out.append(item)
+            if nbytes:
+                self._proto.consumed(nbytes)
+                if self._proto.has_output():
+                    self._driver.wake()
+        return out
+
+    def wait_receipt(self, receipt_id: int, timeout: float | None = None) -> bool:
+        """True once the destination acknowledged the message; False if the timeout passes."""
+        deadline = _deadline(timeout)
+        drv = self._driver
+        with drv.cond:
+            while receipt_id not in self._receipts:
+                if not drv.running:
+                    return False
+                left = _remaining(deadline)
+                if left is not None and left <= 0:
+                    return False
+                drv.cond.wait(left)
+            self._receipts.discard(receipt_id)
+            return True
+
+    def in_flight(self) -> int:
+        with self._driver.lock:
+            return self._proto.in_flight()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop sending, wait (up to ``timeout``) until everything sent was acknowledged and the
+        peers were told to release our slots, then stop. Returns True when that completed."""
+        drv = self._driver
+        if self._closed:
+            return True
+        deadline = _deadline(timeout)
+        clean = True
+        with drv.cond:
+            self._proto.close(time.monotonic())
+            drv.wake()
+            while not self._proto.is_closed():
+                left = _remaining(deadline)
+                if left is not None and left <= 0:
+                    clean = False
+                    break
+                drv.cond.wait(min(left, 0.05) if left is not None else 0.05)
+                drv.wake()
+            # let the release frames leave
+            end = time.monotonic() + 0.05
+            while self._proto.has_output() and time.monotonic() < end:
+                drv.wake()
+                drv.cond.wait(0.005)
+        self._closed = True
+        drv.stop()
+        return clean
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(timeout=5)
+
+    def __repr__(self) -> str:
+        return f"<Endpoint {self.id!r} at {self.address}>"
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._closed or not self._driver.running:
+            raise Closed(f"endpoint {self.id!r} is closed")
+
+    def _on_events(self, events: list[Event], now: float) -> None:
+        inbox = self._inbox
+        for ev in events:
+            if type(ev) is Delivered:
+                inbox.append((ev.source, ev.payload))
+            elif type(ev) is ReceiptReady:
+                self._receipts.add(ev.receipt_id)
