@@ -157,12 +157,12 @@ class Driver:
                 except (OSError, ValueError):
                     pass  # the socket was swapped by rebind or closed by stop
             try:
-                self._turn(sock, buf, view)
+                self._turn(buf, view)
             except Exception:  # never let the I/O thread die silently
                 self.loop_errors += 1
                 log.exception("a3m I/O loop error (counted, loop continues)")
 
-    def _turn(self, sock: socket.socket, buf: bytearray, view: memoryview) -> None:
+    def _turn(self, buf: bytearray, view: memoryview) -> None:
         proto = self.proto
         try:
             os.read(self._wake_r, 4096)
@@ -170,6 +170,7 @@ class Driver:
             pass
         with self.lock:
             self._sleeping = False
+            sock = self._sock  # read under the lock: rebind may have swapped it
             now = time.monotonic()
             recv = sock.recvfrom_into
             feed = proto.receive_datagram

@@ -210,7 +210,7 @@ class Endpoint:
         self.close(timeout=5)
 
     def __repr__(self) -> str:
-        return f"<Endpoint {self.id!r} at {self.address}>"
+        return f"<Endpoint {self.id!r}{' closed' if self._closed else ''}>"
 
     # ------------------------------------------------------------------ internals
 

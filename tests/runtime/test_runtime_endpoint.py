@@ -1,0 +1,199 @@
+"""a3m.exon.Endpoint over real UDP on loopback: delivery, receipts, large payloads, blocking,
+address change, faults through the relay, graceful close, hostile datagrams, idle memory."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import threading
+import time
+import tracemalloc
+
+import pytest
+
+from a3m.errors import Closed, Timeout, WouldBlock
+from a3m.exon import Endpoint
+from a3m.testing.relay import FaultRelay
+
+
+def collect(ep: Endpoint, n: int, timeout: float = 30) -> list[tuple[str, bytes]]:
+    out: list[tuple[str, bytes]] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        out.extend(ep.recv_many(4096, timeout=max(0.01, deadline - time.monotonic())))
+    return out
+
+
+def test_send_recv_receipt() -> None:
+    with Endpoint("alpha") as a, Endpoint("beta") as b:
+        a.associate("beta", b.address)
+        rid = a.send("beta", b"hello", receipt=True, timeout=5)
+        assert b.recv(timeout=5) == ("alpha", b"hello")
+        assert rid is not None and a.wait_receipt(rid, timeout=5)
+        assert a.send("beta", b"no receipt", timeout=5) is None
+        assert b.recv(timeout=5) == ("alpha", b"no receipt")
+        with pytest.raises(Timeout):
+            b.recv(timeout=0.05)
+        with pytest.raises(WouldBlock):
+            b.recv(timeout=0)
+
+
+def test_8_mib_payload_whole_once() -> None:
+    big = bytes(range(256)) * (8 * 4096)
+    with Endpoint("alpha") as a, Endpoint("beta") as b:
+        a.associate("beta", b.address)
+        rid = a.send("beta", big, receipt=True, timeout=30)
+        src, payload = b.recv(timeout=30)
+        assert src == "alpha" and payload == big
+        assert a.wait_receipt(rid, timeout=10)  # type: ignore[arg-type]
+        with pytest.raises(Timeout):
+            b.recv(timeout=0.2)
+
+
+def test_both_directions_many_threads() -> None:
+    with Endpoint("alpha") as a, Endpoint("beta") as b:
+        a.associate("beta", b.address)
+        b.associate("alpha", a.address)
+
+        def blast(ep: Endpoint, dst: str, tag: str) -> None:
+            for i in range(2000):
+                ep.send(dst, f"{tag}{i}".encode(), timeout=10)
+
+        threads = [threading.Thread(target=blast, args=(a, "beta", f"a{t}-")) for t in range(4)]
+        threads += [threading.Thread(target=blast, args=(b, "alpha", f"b{t}-")) for t in range(4)]
+        for t in threads:
+            t.start()
+        at_b = collect(b, 8000)
+        at_a = collect(a, 8000)
+        for t in threads:
+            t.join()
+        assert sorted(p for _, p in at_b) == sorted(
+            f"a{t}-{i}".encode() for t in range(4) for i in range(2000))
+        assert sorted(p for _, p in at_a) == sorted(
+            f"b{t}-{i}".encode() for t in range(4) for i in range(2000))
+
+
+def test_blocking_send_times_out_when_receiver_stops_reading() -> None:
+    with Endpoint("alpha", window_per_peer=64, window_global=64) as a, \
+            Endpoint("beta", recv_buffer_bytes=20_000, slots_ahead=32, max_live_slots=64) as b:
+        a.associate("beta", b.address)
+        sent = 0
+        with pytest.raises(Timeout):
+            for _ in range(10_000):
+                a.send("beta", b"z" * 500, timeout=0.5)
+                sent += 1
+        assert b.stats["delivered_bytes"] <= 20_000 + 64 * 500  # bounded, nothing dropped
+        got = collect(b, sent)
+        assert len(got) == sent and a.in_flight() == 0 or len(got) == sent
+
+
+@pytest.mark.parametrize("mover", ["receiver", "sender"])
+def test_address_change_mid_stream(mover: str) -> None:
+    """One side moves from 127.0.0.1 to 127.0.0.2 while alpha streams to beta."""
+    with Endpoint("alpha") as a, Endpoint("beta") as b:
+        a.associate("beta", b.address)
+        got: list[bytes] = []
+        n = 6000
+
+        def rx() -> None:
+            deadline = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < deadline:
+                try:
+                    got.extend(p for _, p in b.recv_many(4096, timeout=0.5))
+                except Timeout:
+                    pass
+
+        th = threading.Thread(target=rx)
+        th.start()
+        moved = None
+        for i in range(n):
+            a.send("beta", b"%d" % i, timeout=10)
+            if moved is None and len(got) >= 1000:
+                moved = i
+                (b if mover == "receiver" else a).rebind("127.0.0.2:0")
+        th.join(timeout=40)
+        assert moved is not None and moved < n - 1000  # the move happened mid-stream
+        assert sorted(got) == sorted(b"%d" % i for i in range(n))
+        ep = b if mover == "receiver" else a
+        other = a if mover == "receiver" else b
+        assert ep.address[0] == "127.0.0.2"
+        assert other.stats["address_changes"] >= 1
+
+
+def test_exactly_once_through_fault_relay() -> None:
+    with Endpoint("alpha") as a, Endpoint("beta") as b, \
+            FaultRelay({"beta": b.address}, loss=0.2, dup=0.1, reorder=0.2, seed=3) as relay:
+        a.associate("beta", relay.front("beta"))
+        n = 3000
+        got: list[bytes] = []
+        th = threading.Thread(target=lambda: got.extend(p for _, p in collect(b, n, 60)))
+        th.start()
+        for i in range(n):
+            a.send("beta", b"%d" % i, timeout=30)
+        th.join(timeout=60)
+        assert len(got) == n and set(got) == {b"%d" % i for i in range(n)}
+        assert relay.stats.dropped > 0 and relay.stats.duplicated > 0
+        time.sleep(0.3)
+        with pytest.raises(Timeout):
+            b.recv(timeout=0.2)  # no duplicate trickles in later
+
+
+def test_close_waits_for_in_flight_and_then_refuses() -> None:
+    b = Endpoint("beta")
+    relay = FaultRelay({"beta": b.address}, loss=0.3, seed=5)
+    a = Endpoint("alpha")
+    a.associate("beta", relay.front("beta"))
+    for i in range(500):
+        a.send("beta", b"%d" % i, timeout=10)
+    assert a.close(timeout=30) is True  # returns only once every message was acknowledged
+    with pytest.raises(Closed):
+        a.send("beta", b"late")
+    got = collect(b, 500)
+    assert sorted(p for _, p in got) == sorted(b"%d" % i for i in range(500))
+    relay.close()
+    b.close(timeout=5)
+
+
+def test_hostile_datagrams_are_counted_not_fatal() -> None:
+    with Endpoint("alpha") as a, Endpoint("beta") as b:
+        a.associate("beta", b.address)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        junk = [b"", b"\x01", b"\x01\x00\x05alpha\x04beta\x03", b"\xff" * 100,
+                b"\x01\x00\x01x\x04beta" + b"\x04" + b"\x00" * 10, bytes(range(256))]
+        for j in junk * 20:
+            s.sendto(j, b.address)
+        s.close()
+        a.send("beta", b"still fine", timeout=5)
+        assert b.recv(timeout=5) == ("alpha", b"still fine")
+        st = b.stats
+        assert st["malformed"] + st["truncated"] + st["wrong_dst"] >= 100
+        assert st["loop_errors"] == 0
+
+
+def test_100_idle_peers_are_forgotten_and_memory_returns() -> None:
+    with Endpoint("hub", idle_release_s=0.2, probe_interval_s=0.5) as hub:
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        peers = [Endpoint(f"peer-{i}", idle_release_s=0.2, probe_interval_s=0.5)
+                 for i in range(100)]
+        for p in peers:
+            p.associate("hub", hub.address)
+            p.send("hub", b"x" * 100, timeout=5)
+        collect(hub, 100)
+        hub_records = hub._proto.record_counts()
+        assert hub_records[1] == 100
+        for p in peers:
+            p.close(timeout=5)
+        del peers, p
+        deadline = time.monotonic() + 10
+        while hub._proto.record_counts() != (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hub._proto.record_counts() == (0, 0)
+        gc.collect()
+        now = tracemalloc.get_traced_memory()[0]
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        # All 100 peers' records are gone; what stays is per-id caches (headers, addresses).
+        print(f"hub memory: base {base} B, peak {peak} B, after idle {now} B")
+        assert now - base < 100_000, now - base
