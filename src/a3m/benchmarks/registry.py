@@ -1,0 +1,96 @@
+"""Workloads by name for ``a3m bench`` and ``a3m chaos``; later layers register theirs here."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from a3m.benchmarks import peers
+from a3m.benchmarks.procs import Side, WorkerFailed, run_pair
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A sender/receiver pair of process entry points, and the peers it compares with."""
+
+    name: str
+    receiver: Side
+    sender: Side
+    metric: str = "msgs_per_s"  # or "latency" (p50_us / p99_us)
+    baselines: tuple[tuple[str, str, Side, Side], ...] = ()  # (name, module, receiver, sender)
+
+
+WORKLOADS: dict[str, Workload] = {}
+
+THROUGHPUT_BASELINES = (
+    ("raw_udp", "socket", peers.udp_receiver, peers.udp_sender),
+    ("pyzmq", "zmq", peers.zmq_receiver, peers.zmq_sender),
+    ("pynng", "pynng", peers.nng_receiver, peers.nng_sender),
+)
+
+
+def register(workload: Workload) -> None:
+    WORKLOADS[workload.name] = workload
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _: None,
+              baselines: bool = True) -> dict[str, Any]:
+    """Measure one workload and, in the same run, its baselines."""
+    wl = WORKLOADS[name]
+    params = {"messages": messages, "size": size}
+    t0 = time.perf_counter()
+    progress(f"{name}: A3M, {messages} x {size} B")
+    rx, tx = run_pair(wl.receiver, wl.sender, params)
+    result: dict[str, Any] = {"workload": name, "size": size, "messages": messages}
+    if wl.metric == "latency":
+        result.update({k: rx[k] for k in ("p50_us", "p99_us", "round_trips")})
+    else:
+        result["msgs_per_s"] = round(rx["msgs_per_s"], 1)
+        result["received"] = rx["received"]
+    result["a3m"] = {"receiver": rx.get("stats"), "sender": tx.get("stats")}
+    base: dict[str, Any] = {}
+    if baselines:
+        for bname, module, brx, btx in wl.baselines:
+            if not peers.installed(module):
+                continue
+            n = messages if bname != "pynng" else min(messages, 50_000)  # NNG is ~20 k msg/s
+            progress(f"{name}: baseline {bname}, {n} x {size} B")
+            try:
+                r, _ = run_pair(brx, btx, {"messages": n, "size": size})
+            except WorkerFailed as exc:
+                base[bname] = {"error": str(exc)}
+                continue
+            if wl.metric == "latency":
+                base[bname] = {k: r[k] for k in ("p50_us", "p99_us")}
+            else:
+                entry: dict[str, Any] = {"msgs_per_s": round(r["msgs_per_s"], 1)}
+                if "lost" in r:
+                    entry["lost"] = r["lost"]
+                base[bname] = entry
+    result["baselines"] = base
+    if wl.metric != "latency" and "raw_udp" in base and base["raw_udp"].get("msgs_per_s"):
+        result["vs_raw_udp"] = round(result["msgs_per_s"] / base["raw_udp"]["msgs_per_s"], 3)
+    result["elapsed_s"] = round(time.perf_counter() - t0, 2)
+    result["machine"] = machine()
+    return result
+
+
+def _transport() -> None:
+    from a3m.benchmarks import transport
+
+    register(Workload("transport", transport.exon_receiver, transport.exon_sender,
+                      baselines=THROUGHPUT_BASELINES))
+
+
+_transport()

@@ -1,0 +1,79 @@
+"""The Exon transport workload: ``a3m.exon.Endpoint`` sender and receiver processes."""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+
+SEQ = struct.Struct(">Q")
+
+
+def exon_receiver(ready: Any, results: Any, messages: int, size: int,
+                  check: bool = False, **_: Any) -> None:
+    """Receive ``messages``; with ``check``, audit each one's sequence number."""
+    from a3m.exon import Endpoint
+
+    try:
+        with Endpoint("bench-rx") as ep:
+            ready.put(ep.address)
+            seen: dict[int, int] = {}
+            got = 0
+            first = last = 0.0
+            deadline = time.monotonic() + 600
+            while got < messages and time.monotonic() < deadline:
+                batch = ep.recv_many(8192, timeout=600)
+                if not first:
+                    first = time.perf_counter()
+                got += len(batch)
+                if check:
+                    for _, payload in batch:
+                        n = SEQ.unpack_from(payload)[0]
+                        seen[n] = seen.get(n, 0) + 1
+            last = time.perf_counter()
+            # Anything arriving late would be a duplicate: listen a little longer.
+            extra = 0
+            if check:
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:
+                    try:
+                        for _, payload in ep.recv_many(8192, timeout=0.1):
+                            n = SEQ.unpack_from(payload)[0]
+                            seen[n] = seen.get(n, 0) + 1
+                            extra += 1
+                    except Exception:
+                        pass
+            stats = ep.stats
+        report: dict[str, Any] = {
+            "side": "receiver", "received": got + extra,
+            "msgs_per_s": (got - 1) / (last - first) if got > 1 and last > first else 0.0,
+            "elapsed_s": last - first, "stats": stats,
+        }
+        if check:
+            report["distinct"] = len(seen)
+            report["duplicates"] = sum(c - 1 for c in seen.values() if c > 1)
+            report["phantoms"] = sum(1 for n in seen if not 0 <= n < messages)
+            report["lost"] = sum(1 for n in range(messages) if n not in seen)
+        results.put(report)
+    except Exception as exc:  # report, never hang the parent
+        results.put({"side": "receiver", "error": repr(exc)})
+
+
+def exon_sender(address: Any, results: Any, messages: int, size: int,
+                relay_front: Any = None, **_: Any) -> None:
+    from a3m.exon import Endpoint
+
+    try:
+        with Endpoint("bench-tx") as ep:
+            ep.associate("bench-rx", tuple(relay_front or address))
+            pad = b"e" * max(0, size - SEQ.size)
+            t0 = time.perf_counter()
+            for i in range(messages):
+                ep.send("bench-rx", SEQ.pack(i) + pad, timeout=120)
+            clean = ep.close(timeout=120)
+            el = time.perf_counter() - t0
+            stats = ep.stats
+        results.put({"side": "sender", "sent": messages, "send_s": el, "closed_clean": clean,
+                     "stats": stats})
+    except Exception as exc:
+        results.put({"side": "sender", "error": repr(exc)})

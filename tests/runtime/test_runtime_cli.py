@@ -1,0 +1,38 @@
+"""Smoke tests of the transport commands: each prints exactly one JSON object with its fields."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def run_cli(*args: str, timeout: float = 240) -> dict[str, object]:
+    proc = subprocess.run([sys.executable, "-m", "a3m", *args], capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stdout
+    return json.loads(lines[0])  # type: ignore[no-any-return]
+
+
+def test_bench_transport_json() -> None:
+    out = run_cli("bench", "transport", "--size", "64", "--messages", "5000", "--json")
+    assert out["workload"] == "transport" and out["received"] == 5000
+    assert float(out["msgs_per_s"]) > 0  # type: ignore[arg-type]
+    assert "raw_udp" in out["baselines"]  # type: ignore[operator]
+
+
+def test_chaos_transport_json_exactly_once() -> None:
+    out = run_cli("chaos", "transport", "--messages", "3000", "--loss", "0.2", "--dup", "0.1",
+                  "--reorder", "0.2", "--json")
+    assert out["sent"] == out["delivered"] == 3000
+    assert out["lost"] == out["duplicates"] == out["phantoms"] == 0
+    assert out["relay"]["dropped"] > 0  # type: ignore[index]
+
+
+def test_demo_json() -> None:
+    out = run_cli("demo", "--producers", "2", "--readings", "2000", "--json")
+    assert out["sent"] == out["counted"] == 4000
+    assert out["lost"] == out["duplicates"] == 0
+    assert "report" in out
