@@ -40,10 +40,11 @@ def run(args: argparse.Namespace) -> int:
     counts: Counter[tuple[int, int]] = Counter()
     sums: Counter[int] = Counter()
     t0 = time.perf_counter()
-    with Endpoint("collector") as collector, FaultRelay(
+    net = {"loopback_datagram_size": 0}  # the relay stands for a real network (1400 B MTU)
+    with Endpoint("collector", **net) as collector, FaultRelay(
             {"collector": collector.address}, loss=args.loss, dup=args.dup,
             reorder=args.reorder, seed=args.seed) as relay:
-        producers = [Endpoint(f"producer-{i}") for i in range(args.producers)]
+        producers = [Endpoint(f"producer-{i}", **net) for i in range(args.producers)]
         for ep in producers:
             ep.associate("collector", relay.front("collector"))
 

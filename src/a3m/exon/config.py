@@ -14,6 +14,9 @@ class ExonConfig:
 
     #: Largest datagram the node sends (the path MTU budget for header + frames).
     max_datagram_size: int = 1400
+    #: Largest datagram toward a loopback address (its path MTU is 64 KiB), used by runtimes
+    #: through the protocol's ``path_mtu`` hook; 0 keeps ``max_datagram_size`` everywhere.
+    loopback_datagram_size: int = 65000
     #: Tokens queued or unacknowledged per destination before ``send`` blocks (the notes' P).
     window_per_peer: int = 2048
     #: Tokens queued or unacknowledged across all destinations before ``send`` blocks.
@@ -42,6 +45,8 @@ class ExonConfig:
     def __post_init__(self) -> None:
         if not 128 <= self.max_datagram_size <= 65507:
             raise UsageError("max_datagram_size must be within 128..65507")
+        if self.loopback_datagram_size and not 128 <= self.loopback_datagram_size <= 65507:
+            raise UsageError("loopback_datagram_size must be 0 or within 128..65507")
         for name in ("window_per_peer", "window_global", "slots_ahead", "max_live_slots",
                      "max_message_size", "recv_buffer_bytes", "clock_reserve_block"):
             if getattr(self, name) < 1:

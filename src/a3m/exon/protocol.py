@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields
 from random import Random
 from typing import Any
@@ -87,6 +87,7 @@ class ExonProtocol:
         rng: Random | None = None,
         clock_store: ClockStore | None = None,
         resolver: Resolver | None = None,
+        path_mtu: Callable[[Address], int] | None = None,
     ) -> None:
         self.id = node_id
         self._id_bytes = node_id.encode("utf-8")
@@ -113,6 +114,8 @@ class ExonProtocol:
         self._closing = False
         self._next_receipt = 1
         self._mds = cfg.max_datagram_size
+        self._path_mtu = path_mtu
+        self._peer_mds: dict[str, int] = {}
 
     # ------------------------------------------------------------------ associations
 
@@ -120,6 +123,7 @@ class ExonProtocol:
         """Register the address of ``node_id`` by hand (traffic from it updates it later)."""
         wire.encode_id(node_id)
         self._addr[node_id] = addr
+        self._peer_mds.pop(node_id, None)
 
     def address_of(self, node_id: str) -> Address | None:
         """The known (or discoverable) address of ``node_id``."""
@@ -195,7 +199,7 @@ class ExonProtocol:
             if not dst or len(dst.encode("utf-8")) > wire.MAX_ID_BYTES:
                 raise UsageError(f"bad node id {dst!r}")
             rec = SendRecord(dst, self._clock.value, cfg.rto_initial_s, now)
-            rec.max_single = self._mds - len(self._header(dst)) - wire.TOKEN_OVERHEAD
+            rec.max_single = self._limit(dst) - len(self._header(dst)) - wire.TOKEN_OVERHEAD
             self._sr[dst] = rec
             self.stats.send_records_created += 1
         elif (len(rec.queue) + len(rec.tokens) >= cfg.window_per_peer
@@ -321,6 +325,7 @@ class ExonProtocol:
             if src in self._addr:
                 st.address_changes += 1
             self._addr[src] = addr
+            self._peer_mds.pop(src, None)
         st.frames_in += len(frames)
         rr = self._rr.get(src)
         acks: dict[int, list[int]] | None = None
@@ -342,14 +347,12 @@ class ExonProtocol:
                         push_event(Delivered(src, payload))
                         n_deliv += 1
                         n_bytes += len(payload)
+                        self._buffered += len(payload)  # grants below look at it
                     else:
                         self._reassemble(rr, s, payload, index, count, total)
                     if rr.deferred is not None:
                         d_s, d_n = rr.deferred
                         rr.deferred = None
-                        self._buffered += n_bytes  # _grant looks at the buffer level
-                        st.delivered_bytes += n_bytes
-                        n_bytes = 0
                         self._grant(rr, d_s, d_n)
                 else:
                     st.duplicates += 1
@@ -370,7 +373,6 @@ class ExonProtocol:
             else:
                 self._on_slots(src, f[1], f[2], f[3], now)
         if n_deliv:
-            self._buffered += n_bytes
             st.delivered += n_deliv
             st.delivered_bytes += n_bytes
 
@@ -381,13 +383,13 @@ class ExonProtocol:
         if not self._out:
             return []
         result: list[tuple[bytes, Address]] = []
-        limit = self._mds
         st = self.stats
         for peer, frames in self._out.items():
             addr = self.address_of(peer)
             if addr is None:
                 st.no_address += len(frames)
                 continue
+            limit = self._limit(peer)
             hdr = self._header(peer)
             st.frames_out += len(frames)
             buf = [hdr]
@@ -442,6 +444,21 @@ class ExonProtocol:
                 self._headers.clear()
             hdr = self._headers[peer] = wire.encode_header(self.id, peer)
         return hdr
+
+    def _limit(self, peer: str) -> int:
+        """Largest datagram toward ``peer``: the path MTU hook's answer for its address."""
+        v = self._peer_mds.get(peer)
+        if v is None:
+            v = self._mds
+            if self._path_mtu is not None:
+                addr = self.address_of(peer)
+                if addr is None:
+                    return v
+                v = min(max(self._path_mtu(addr), 128), 65507)
+            self._peer_mds[peer] = v
+            if len(self._peer_mds) > 4096:
+                self._peer_mds.clear()
+        return v
 
     def _emit(self, peer: str, frame: bytes) -> None:
         out = self._out.get(peer)
@@ -747,9 +764,9 @@ class ExonProtocol:
         self.stats.recv_records_discarded += 1
 
     def _flush_acks(self) -> None:
-        budget = self._mds - 300  # leave room for the header and other frames
-        max_ranges = max(1, (budget - wire.ACK_S.size) // _RANGE_SIZE)
         for peer, per_r in self._acks.items():
+            budget = min(self._limit(peer), self._mds) - 300  # room for the header
+            max_ranges = max(1, (budget - wire.ACK_S.size) // _RANGE_SIZE)
             for r, slots in per_r.items():
                 ranges = wire.to_ranges(slots)
                 for i in range(0, len(ranges), max_ranges):

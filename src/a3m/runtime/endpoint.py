@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from random import Random
 from typing import Any
 
@@ -43,6 +44,22 @@ def make_resolver(discovery: Any) -> Resolver | None:
     raise UsageError("discovery must be a mapping, a file path or a callable")
 
 
+def path_mtu_for(config: ExonConfig) -> Callable[[Hashable], int]:
+    """Loopback peers get ``loopback_datagram_size`` (64 KiB path MTU), others the default."""
+    big, normal = config.loopback_datagram_size, config.max_datagram_size
+
+    def mtu(addr: Hashable) -> int:
+        if big and isinstance(addr, tuple) and addr:
+            try:
+                if ipaddress.ip_address(addr[0]).is_loopback:
+                    return big
+            except ValueError:
+                pass
+        return normal
+
+    return mtu
+
+
 def make_clock_store(clock_file: str | os.PathLike[str] | None) -> ClockStore:
     return WallClockStore() if clock_file is None else FileClockStore(clock_file)
 
@@ -61,7 +78,8 @@ class Endpoint:
         self.id = node_id or f"exon-{os.getpid()}-{os.urandom(4).hex()}"
         config = ExonConfig.from_options(options)
         self._proto = ExonProtocol(self.id, config, Random(seed),
-                                   make_clock_store(clock_file), make_resolver(discovery))
+                                   make_clock_store(clock_file), make_resolver(discovery),
+                                   path_mtu=path_mtu_for(config))
         self._inbox: deque[tuple[str, bytes]] = deque()
         self._receipts: set[int] = set()
         self._closed = False
