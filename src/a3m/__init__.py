@@ -24,7 +24,41 @@ from a3m.errors import (
 
 __version__ = "0.1.0"
 
+# Socket kinds (SPEC 7): names understood by Node.socket().
+PAIR = "PAIR"
+REQ = "REQ"
+REP = "REP"
+PUSH = "PUSH"
+PULL = "PULL"
+PUB = "PUB"
+SUB = "SUB"
+DEALER = "DEALER"
+ROUTER = "ROUTER"
+SURVEYOR = "SURVEYOR"
+RESPONDENT = "RESPONDENT"
+BUS = "BUS"
+
+POLLIN = 1
+POLLOUT = 2
+
+_LAZY = {"Node": "a3m.runtime.node", "Socket": "a3m.runtime.node",
+         "Poller": "a3m.runtime.node", "SocketId": "a3m.runtime.node",
+         "ReceivedMessage": "a3m.runtime.node"}
+
+
+def __getattr__(name: str) -> object:
+    # The runtime (threads, sockets) loads on first use, so the sans-I/O layers stay light.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'a3m' has no attribute {name!r}")
+
+
 __all__ = [
+    "BUS", "DEALER", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "REP", "REQ",
+    "RESPONDENT", "ROUTER", "SUB", "SURVEYOR",
+    "Node", "Poller", "ReceivedMessage", "Socket", "SocketId",
     "A3MError",
     "Broken",
     "Closed",

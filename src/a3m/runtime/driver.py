@@ -65,8 +65,12 @@ class Driver:
     """
 
     def __init__(self, proto: ExonProtocol, bind: str | tuple[str, int],
-                 on_events: EventHandler, name: str = "a3m-io") -> None:
+                 on_events: EventHandler, name: str = "a3m-io",
+                 upper_timer: Callable[[], float | None] | None = None,
+                 on_turn: Callable[[float], None] | None = None) -> None:
         self.proto = proto
+        self._upper_timer = upper_timer
+        self._on_turn = on_turn
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self._on_events = on_events
@@ -143,6 +147,10 @@ class Driver:
                 if not self._running:
                     break
                 deadline = proto.next_timer()
+                if self._upper_timer is not None:
+                    upper = self._upper_timer()
+                    if upper is not None and (deadline is None or upper < deadline):
+                        deadline = upper
                 if proto.has_output():
                     timeout = 0.0
                 elif deadline is None:
@@ -187,6 +195,9 @@ class Driver:
             events = proto.drain_events()
             if events:
                 self._on_events(events, now)
+            if self._on_turn is not None:
+                self._on_turn(now)
+            if events:
                 self.cond.notify_all()
             out = proto.datagrams_to_send(now)
         send = sock.sendto

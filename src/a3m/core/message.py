@@ -1,0 +1,231 @@
+"""The middleware message format (SPEC 3, seed 000), byte layout in ``docs/core-messages.md``.
+
+Fixed header: version (u16), protocol (u8), type (u8), remaining length (u32). The socket
+protocol (0x01) adds an extended header: source tag, destination tag (u8 length + UTF-8 each),
+the source link incarnation and the destination link incarnation (u64 each; 0 = not known yet).
+Decoding raises :class:`~a3m.errors.ProtocolViolation` and nothing else.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Final
+
+from a3m.errors import ProtocolViolation
+
+VERSION: Final = 1
+PROTO_SOCKET: Final = 0x01
+
+ERROR: Final = 0x01
+DATA: Final = 0x02
+LINK: Final = 0x03
+LINKACK: Final = 0x04
+UNLINK: Final = 0x05
+FLOW: Final = 0x06
+#: Types from 0x40 up belong to socket patterns (e.g. SUBSCRIBE); they are sequenced with DATA
+#: but do not use credits (a small separate allowance bounds them).
+PATTERN_MIN: Final = 0x40
+TYPE_NAMES: Final = {ERROR: "ERROR", DATA: "DATA", LINK: "LINK", LINKACK: "LINKACK",
+                     UNLINK: "UNLINK", FLOW: "FLOW"}
+
+FIXED = struct.Struct(">HBBI")
+INCS = struct.Struct(">QQ")
+SEQ = struct.Struct(">Q")
+ACK_HEAD = struct.Struct(">BB")
+FLOW_BODY = struct.Struct(">IQ")
+ERROR_HEAD = struct.Struct(">BB")
+U16 = struct.Struct(">H")
+I64 = struct.Struct(">q")
+
+# Error codes (seed 000), carried by ERROR messages.
+ERR_SOCKET_NOT_FOUND: Final = 0x01
+ERR_SOCKET_NOT_LINKED: Final = 0x02
+ERR_PROTOCOL: Final = 0x03  # the peer broke the protocol (e.g. spent credits it did not have)
+
+MetaValue = int | str | bytes | bool
+Metadata = dict[str, MetaValue]
+_META_INT, _META_STR, _META_BYTES, _META_BOOL = 0, 1, 2, 3
+
+
+@dataclass(slots=True)
+class Message:
+    """A decoded socket-protocol message. ``body`` fields depend on ``type``."""
+
+    type: int
+    src_tag: str
+    dst_tag: str
+    src_inc: int = 0
+    dst_inc: int = 0
+    seq: int = 0  # DATA and pattern types
+    payload: bytes = b""  # DATA and pattern types; ERROR text (UTF-8)
+    code: int = 0  # LINKACK decision, ERROR code
+    meta: Metadata | None = None  # LINK (always), LINKACK (when not sent before)
+    goal: int = 0  # UNLINK: the last sequence number sent on the link
+    flow_seq: int = 0  # FLOW: orders FLOW messages (Exon does not)
+    edge: int = 0  # FLOW: the peer may send DATA while its DATA count stays below this
+    about: int = 0  # ERROR: the type of the message that caused it
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _tag(tag: str) -> bytes:
+    raw = tag.encode("utf-8")
+    if not 1 <= len(raw) <= 255:
+        raise ValueError(f"socket tag must be 1..255 UTF-8 bytes: {tag!r}")
+    return bytes((len(raw),)) + raw
+
+
+def encode_meta(meta: Metadata) -> bytes:
+    """Typed key/values: count u16, then key (u8 length + UTF-8), type u8, value."""
+    parts = [U16.pack(len(meta))]
+    for key, value in meta.items():
+        parts.append(_tag(key))
+        if isinstance(value, bool):
+            parts.append(bytes((_META_BOOL, int(value))))
+        elif isinstance(value, int):
+            parts.append(bytes((_META_INT,)) + I64.pack(value))
+        elif isinstance(value, str):
+            raw = value.encode("utf-8")
+            parts.append(bytes((_META_STR,)) + U16.pack(len(raw)) + raw)
+        elif isinstance(value, bytes):
+            parts.append(bytes((_META_BYTES,)) + U16.pack(len(value)) + value)
+        else:
+            raise TypeError(f"metadata value for {key!r} must be int, str, bytes or bool")
+    return b"".join(parts)
+
+
+def encode(msg: Message) -> bytes:
+    """Encode a socket-protocol message."""
+    t = msg.type
+    if t == DATA or t >= PATTERN_MIN:
+        body = SEQ.pack(msg.seq) + msg.payload
+    elif t == LINK:
+        body = encode_meta(msg.meta or {})
+    elif t == LINKACK:
+        has_meta = msg.meta is not None
+        body = ACK_HEAD.pack(msg.code, int(has_meta))
+        if msg.meta is not None:
+            body += encode_meta(msg.meta)
+    elif t == UNLINK:
+        body = SEQ.pack(msg.goal)
+    elif t == FLOW:
+        body = FLOW_BODY.pack(msg.flow_seq, msg.edge)
+    elif t == ERROR:
+        body = ERROR_HEAD.pack(msg.code, msg.about) + msg.payload
+    else:
+        raise ValueError(f"unknown message type {t:#x}")
+    ext = _tag(msg.src_tag) + _tag(msg.dst_tag) + INCS.pack(msg.src_inc, msg.dst_inc)
+    rest = ext + body
+    return FIXED.pack(VERSION, PROTO_SOCKET, t, len(rest)) + rest
+
+
+def encode_data(src_tag: bytes, dst_tag: bytes, src_inc: int, dst_inc: int, seq: int,
+                payload: bytes, mtype: int = DATA) -> bytes:
+    """Fast path for DATA: ``src_tag``/``dst_tag`` already encoded by :func:`encoded_tag`."""
+    rest_len = len(src_tag) + len(dst_tag) + 24 + len(payload)
+    return b"".join((FIXED.pack(VERSION, PROTO_SOCKET, mtype, rest_len), src_tag, dst_tag,
+                     INCS.pack(src_inc, dst_inc), SEQ.pack(seq), payload))
+
+
+def encoded_tag(tag: str) -> bytes:
+    """A tag as it appears in the extended header (length byte + UTF-8)."""
+    return _tag(tag)
+
+
+def _bad(detail: str) -> ProtocolViolation:
+    return ProtocolViolation(f"bad middleware message: {detail}")
+
+
+def decode_meta(data: bytes, offset: int) -> tuple[Metadata, int]:
+    try:
+        (count,) = U16.unpack_from(data, offset)
+        offset += 2
+        meta: Metadata = {}
+        for _ in range(count):
+            klen = data[offset]
+            key = data[offset + 1:offset + 1 + klen].decode("utf-8")
+            offset += 1 + klen
+            if not key or len(key.encode("utf-8")) != klen:
+                raise _bad("metadata key cut short")
+            kind = data[offset]
+            offset += 1
+            if kind == _META_BOOL:
+                meta[key] = bool(data[offset])
+                offset += 1
+            elif kind == _META_INT:
+                (meta[key],) = I64.unpack_from(data, offset)
+                offset += 8
+            elif kind in (_META_STR, _META_BYTES):
+                (n,) = U16.unpack_from(data, offset)
+                raw = data[offset + 2:offset + 2 + n]
+                if len(raw) != n:
+                    raise _bad("metadata value cut short")
+                meta[key] = raw.decode("utf-8") if kind == _META_STR else bytes(raw)
+                offset += 2 + n
+            else:
+                raise _bad(f"unknown metadata type {kind}")
+        return meta, offset
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise _bad("metadata cut short or not UTF-8") from exc
+
+
+def decode(data: bytes) -> Message:
+    """Decode one middleware message; raises :class:`ProtocolViolation` on any damage."""
+    try:
+        version, proto, t, remaining = FIXED.unpack_from(data, 0)
+    except struct.error as exc:
+        raise _bad("shorter than the fixed header") from exc
+    if version != VERSION:
+        raise _bad(f"unknown version {version}")
+    if proto != PROTO_SOCKET:
+        raise _bad(f"unknown protocol {proto:#x}")
+    if remaining != len(data) - FIXED.size:
+        raise _bad("remaining length does not match")
+    try:
+        off = FIXED.size
+        ls = data[off]
+        src = data[off + 1:off + 1 + ls].decode("utf-8")
+        off += 1 + ls
+        ld = data[off]
+        dst = data[off + 1:off + 1 + ld].decode("utf-8")
+        off += 1 + ld
+        if not ls or not ld or len(src.encode()) != ls or len(dst.encode()) != ld:
+            raise _bad("empty or cut tag")
+        src_inc, dst_inc = INCS.unpack_from(data, off)
+        off += INCS.size
+        msg = Message(t, src, dst, src_inc, dst_inc)
+        if t == DATA or t >= PATTERN_MIN:
+            (msg.seq,) = SEQ.unpack_from(data, off)
+            msg.payload = data[off + 8:]
+            if msg.seq == 0:
+                raise _bad("sequence numbers start at 1")
+        elif t == LINK:
+            msg.meta, off = decode_meta(data, off)
+            if off != len(data):
+                raise _bad("trailing bytes after LINK metadata")
+        elif t == LINKACK:
+            msg.code, has_meta = ACK_HEAD.unpack_from(data, off)
+            off += ACK_HEAD.size
+            if has_meta > 1:
+                raise _bad("bad LINKACK flags")
+            if has_meta:
+                msg.meta, off = decode_meta(data, off)
+            if off != len(data):
+                raise _bad("trailing bytes after LINKACK")
+        elif t == UNLINK:
+            (msg.goal,) = SEQ.unpack_from(data, off)
+            if off + 8 != len(data):
+                raise _bad("bad UNLINK length")
+        elif t == FLOW:
+            msg.flow_seq, msg.edge = FLOW_BODY.unpack_from(data, off)
+            if off + FLOW_BODY.size != len(data):
+                raise _bad("bad FLOW length")
+        elif t == ERROR:
+            msg.code, msg.about = ERROR_HEAD.unpack_from(data, off)
+            msg.payload = data[off + 2:]
+            msg.payload.decode("utf-8")
+        else:
+            raise _bad(f"unknown message type {t:#x}")
+        return msg
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise _bad("cut short or not UTF-8") from exc

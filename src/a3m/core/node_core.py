@@ -1,0 +1,130 @@
+"""The node as a container of sockets, without I/O: tags, routing, errors, local delivery."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from random import Random
+from typing import Any
+
+from a3m.core import message as m
+from a3m.core.socket_core import SocketCore
+from a3m.errors import ProtocolViolation, UsageError
+
+SocketFactory = Callable[..., SocketCore]
+
+
+class NodeCore:
+    """Routes middleware messages between the transport and the node's sockets.
+
+    Feed it what the transport delivered (:meth:`receive`); take what it wants sent
+    (:meth:`take_output`, a list of ``(node_id, bytes)``). Messages between two sockets of this
+    node never reach the transport (seed 001).
+    """
+
+    def __init__(self, node_id: str, rng: Random | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.node_id = node_id
+        self.rng = rng or Random(0)
+        self.sockets: dict[str, SocketCore] = {}
+        self.types: dict[str, SocketFactory] = {}
+        self.now = 0.0
+        self.malformed = 0
+        self.not_found = 0
+        self._out: list[tuple[str, bytes]] = []
+        self._local: deque[bytes] = deque()
+        self._inc = 0
+        self._auto_tag = 0
+        self._log = log
+        self._draining = False
+
+    # ------------------------------------------------------------------ registry
+
+    def register_type(self, name: str, factory: SocketFactory) -> None:
+        """Register a socket kind by name; ``factory(node_core, tag, rng, **options)``."""
+        self.types[name.upper()] = factory
+
+    def create(self, kind: str | SocketFactory, tag: str | None = None,
+               **options: Any) -> SocketCore:
+        factory = self.types.get(kind.upper()) if isinstance(kind, str) else kind
+        if factory is None:
+            raise UsageError(f"unknown socket kind {kind!r}")
+        if tag is None:
+            self._auto_tag += 1
+            tag = f"s{self._auto_tag}"
+        if tag in self.sockets:
+            raise UsageError(f"tag {tag!r} is already used on node {self.node_id!r}")
+        m.encoded_tag(tag)
+        sock = factory(self, tag, Random(self.rng.random()), **options)
+        self.sockets[tag] = sock
+        return sock
+
+    def remove(self, tag: str) -> None:
+        self.sockets.pop(tag, None)
+
+    def next_incarnation(self) -> int:
+        self._inc += 1
+        return self._inc
+
+    def log(self, text: str) -> None:
+        if self._log is not None:
+            self._log(f"[{self.node_id}] {text}")
+
+    # ------------------------------------------------------------------ traffic
+
+    def emit(self, node_id: str, data: bytes) -> None:
+        """Queue a message for a node (ours: delivered locally, after the current one)."""
+        if node_id == self.node_id:
+            self._local.append(data)
+        else:
+            self._out.append((node_id, data))
+
+    def take_output(self) -> list[tuple[str, bytes]]:
+        self._drain_local()
+        out, self._out = self._out, []
+        return out
+
+    def receive(self, src_node: str, data: bytes, now: float) -> None:
+        """A message the transport delivered from ``src_node`` (never raises on bad input)."""
+        self.now = now
+        self._dispatch(src_node, data)
+        self._drain_local()
+
+    def _drain_local(self) -> None:
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._local:
+                self._dispatch(self.node_id, self._local.popleft())
+        finally:
+            self._draining = False
+
+    def _dispatch(self, src_node: str, data: bytes) -> None:
+        try:
+            msg = m.decode(data)
+        except ProtocolViolation as exc:
+            self.malformed += 1
+            self.log(f"dropped a malformed message from {src_node}: {exc}")
+            return
+        sock = self.sockets.get(msg.dst_tag)
+        if sock is None:
+            self.not_found += 1
+            if msg.type != m.ERROR:  # never an ERROR in answer to an ERROR
+                self.emit(src_node, m.encode(m.Message(
+                    m.ERROR, msg.dst_tag, msg.src_tag, 0, msg.src_inc,
+                    code=m.ERR_SOCKET_NOT_FOUND, about=msg.type)))
+            return
+        sock.handle(src_node, msg, self.now)
+
+    # ------------------------------------------------------------------ timers
+
+    def next_timer(self) -> float | None:
+        times = [t for s in self.sockets.values() if (t := s.next_timer()) is not None]
+        return min(times) if times else None
+
+    def handle_timer(self, now: float) -> None:
+        self.now = now
+        for sock in list(self.sockets.values()):
+            sock.handle_timer(now)
+        self._drain_local()

@@ -1,0 +1,593 @@
+"""The socket engine: links, handshake rules, credits, ordering, and the pattern extension points.
+
+A socket pattern (PUSH, PULL, PAIR, ... or a user's own kind) subclasses :class:`SocketCore`
+and overrides the hooks in the "extension points" section, as NNG's protocol ops do; the core
+never knows what "push" means. Everything here is sans-I/O: messages leave through the node
+core's ``emit`` and time comes in as ``now``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from random import Random
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from a3m.core import message as m
+from a3m.core.link import (
+    ALREADY_LINKED,
+    CLOSED_SOCKET,
+    INCOMING_NOT_ALLOWED,
+    INCOMPATIBLE,
+    LINK_LIMIT,
+    NOT_FOUND,
+    OK,
+    REASONS,
+    Ev,
+    Link,
+    PeerId,
+    State,
+    is_fatal,
+    most_severe,
+)
+from a3m.core.message import Message, Metadata
+from a3m.errors import UsageError
+
+if TYPE_CHECKING:
+    from a3m.core.node_core import NodeCore
+
+#: Pattern control messages a peer may have waiting out of order on one link.
+CTRL_ALLOWANCE = 256
+
+
+@dataclass(slots=True)
+class Received:
+    """A message handed to the application."""
+
+    payload: bytes
+    source: PeerId
+    topic: bytes | None = None
+    attrs: dict[str, Any] | None = None
+
+
+@dataclass
+class SocketOptions:
+    """Options every socket has (patterns add their own through ``extra_options``)."""
+
+    capacity: int = 256  # credits per link: messages a peer may have queued here
+    ordered: bool = True  # per-link FIFO delivery
+    incoming: bool = True  # accept links initiated by peers
+    max_links: int = 0  # 0 = no limit
+    retry_base_s: float = 0.05  # first retry after a non-fatal refusal (randomised, grows)
+    retry_max_s: float = 5.0
+
+
+class SocketCore:
+    """A socket's engine. Subclass it to make a socket pattern (see the extension points)."""
+
+    #: The pattern's name (sent in LINK metadata as "type").
+    kind: ClassVar[str] = "BASE"
+    #: Pattern names this socket may link with.
+    peers: ClassVar[frozenset[str]] = frozenset()
+    #: Whether the application may send / receive on this socket.
+    sends: ClassVar[bool] = True
+    receives: ClassVar[bool] = True
+    #: Fixed link limit for the pattern (PAIR: 1); 0 = none.
+    pattern_max_links: ClassVar[int] = 0
+
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
+        self.node = node
+        self.tag = tag
+        self.tag_bytes = m.encoded_tag(tag)
+        self.rng = rng or Random(0)
+        self.options = SocketOptions()
+        self.links: dict[PeerId, Link] = {}
+        self.orphans: deque[Received] = deque()  # delivered on links that have since closed
+        self.refusals: dict[PeerId, int] = {}  # last refusal per peer (for wait_linked)
+        self.retry_at: dict[PeerId, float] = {}
+        self._retry_count: dict[PeerId, int] = {}
+        self.closed = False
+        self.violations = 0
+        self.stats: dict[str, int] = {"sent": 0, "received": 0, "delivered": 0}
+        self._rr_send = 0
+        self._rr_recv = 0
+        for name, value in options.items():
+            self.set_option(name, value)
+
+    # ================================================================ extension points
+
+    def on_link_added(self, link: Link) -> None:
+        """A link became established (it can carry DATA now)."""
+
+    def on_link_removed(self, link: Link) -> None:
+        """A link stopped being usable for sending (unlinking or closed)."""
+
+    def link_metadata(self) -> Metadata:
+        """Extra LINK metadata this pattern (or a user's condition) sends."""
+        return {}
+
+    def check_link(self, peer: PeerId, meta: Metadata) -> int:
+        """A custom link condition: return OK or a refusal code (e.g. ``link.REFUSED``)."""
+        return OK
+
+    def choose_send_link(self, payload: bytes, **kw: Any) -> Link | None:
+        """The link the next message goes to; default: round robin over links with credits."""
+        links = [lk for lk in self.links.values() if lk.can_send]
+        if not links:
+            return None
+        self._rr_send = (self._rr_send + 1) % len(links)
+        return links[self._rr_send]
+
+    def on_data(self, link: Link, payload: bytes) -> None:
+        """A DATA message arrived in order; default: queue it for the application."""
+        link.inq.append(payload)
+
+    def on_control(self, link: Link, mtype: int, payload: bytes) -> None:
+        """A pattern control message (type >= 0x40) arrived in order."""
+        self.protocol_violation(link, f"unexpected control message {mtype:#x}")
+
+    def choose_recv(self) -> Received | None:
+        """The next message for the application; default: fair round robin over links."""
+        links = [lk for lk in self.links.values() if lk.inq]
+        if not links:
+            return None
+        self._rr_recv = (self._rr_recv + 1) % len(links)
+        link = links[self._rr_recv]
+        payload = link.inq.popleft()
+        self.delivered_from(link)
+        return Received(payload, link.peer)
+
+    def pattern_can_send(self) -> bool:
+        """Whether a send would find a link now (used for POLLOUT)."""
+        return any(lk.can_send for lk in self.links.values())
+
+    def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+        """Send one application message; False when it must wait (no credits, no link)."""
+        link = self.choose_send_link(payload, **kw)
+        if link is None:
+            return False
+        self.send_on(link, payload)
+        return True
+
+    def extra_options(self) -> dict[str, Any]:
+        """Pattern options (name -> current value); set through :meth:`set_pattern_option`."""
+        return {}
+
+    def set_pattern_option(self, name: str, value: Any) -> None:
+        raise UsageError(f"unknown option {name!r} for a {self.kind} socket")
+
+    # ================================================================ helpers for patterns
+
+    def send_on(self, link: Link, payload: bytes, mtype: int = m.DATA) -> None:
+        """Send a sequenced message on an established link (DATA spends one credit)."""
+        seq = link.next_seq
+        link.next_seq = seq + 1
+        if mtype == m.DATA:
+            link.send.sent += 1
+            self.stats["sent"] += 1
+        self.node.emit(link.peer[0], m.encode_data(self.tag_bytes, link.peer_tag_bytes,
+                                                   link.my_inc, link.peer_inc, seq, payload,
+                                                   mtype))
+
+    def delivered_from(self, link: Link) -> None:
+        """Call when the application took a message from ``link`` (returns credits)."""
+        self.stats["delivered"] += 1
+        flow = link.recv.on_delivered()
+        if flow is not None and link.state is not State.CLOSED:
+            self._send_flow(link, flow)
+
+    def established_links(self) -> list[Link]:
+        return [lk for lk in self.links.values() if lk.state is State.ESTABLISHED]
+
+    def protocol_violation(self, link: Link, why: str) -> None:
+        """The peer broke the rules: close the link at once and tell it (never answered)."""
+        self.violations += 1
+        self.node.log(f"{self.tag}: closing link to {link.peer}: {why}")
+        self._emit(link.peer, Message(m.ERROR, self.tag, link.peer[1], link.my_inc,
+                                      link.peer_inc, code=m.ERR_PROTOCOL,
+                                      payload=why.encode()[:200]))
+        self._abort(link)
+
+    # ================================================================ runtime-facing API
+
+    def link(self, peer: PeerId, now: float) -> None:
+        """Start linking with ``peer`` (no-op when linking or linked already)."""
+        if self.closed:
+            raise UsageError("socket is closed")
+        if peer[0] == self.node.node_id and peer[1] == self.tag:
+            raise UsageError("a socket cannot link with itself")
+        link = self.links.get(peer)
+        if link is not None:
+            if link.state is State.UNLINKING:
+                raise UsageError(f"link to {peer} is closing; link again once it closed")
+            link.unlink_wanted = False
+            return
+        self.refusals.pop(peer, None)
+        self.retry_at.pop(peer, None)
+        self._start_link(peer)
+
+    def unlink(self, peer: PeerId, now: float) -> None:
+        """Unlink from ``peer`` without losing what is in flight either way."""
+        self.retry_at.pop(peer, None)
+        self._retry_count.pop(peer, None)
+        link = self.links.get(peer)
+        if link is None:
+            return
+        if link.state is State.LINKING:
+            link.unlink_wanted = True  # decided once the handshake ends
+        elif link.state is State.ESTABLISHED:
+            self._start_unlink(link)
+
+    def close(self, now: float) -> None:
+        """Refuse new links and unlink every link gracefully."""
+        self.closed = True
+        self.retry_at.clear()
+        for peer in list(self.links):
+            self.unlink(peer, now)
+
+    @property
+    def is_drained(self) -> bool:
+        """After close: every link has closed."""
+        return not self.links
+
+    def try_send(self, payload: bytes, **kw: Any) -> bool:
+        if not self.sends:
+            raise UsageError(f"a {self.kind} socket cannot send")
+        if self.closed:
+            raise UsageError("socket is closed")
+        return self.pattern_send(payload, **kw)
+
+    def try_recv(self) -> Received | None:
+        if not self.receives:
+            raise UsageError(f"a {self.kind} socket cannot receive")
+        if self.orphans:
+            self.stats["delivered"] += 1
+            return self.orphans.popleft()
+        return self.choose_recv()
+
+    @property
+    def readable(self) -> bool:
+        return self.receives and (bool(self.orphans) or any(lk.inq for lk in self.links.values()))
+
+    @property
+    def writable(self) -> bool:
+        return self.sends and not self.closed and self.pattern_can_send()
+
+    def link_state(self, peer: PeerId) -> State | None:
+        link = self.links.get(peer)
+        return None if link is None else link.state
+
+    def is_linked(self, peer: PeerId | None = None) -> bool:
+        if peer is None:
+            return any(lk.state is State.ESTABLISHED for lk in self.links.values())
+        link = self.links.get(peer)
+        return link is not None and link.state is State.ESTABLISHED
+
+    def fatal_refusal(self, peer: PeerId | None = None) -> int | None:
+        """A fatal refusal that ended linking with ``peer`` (or with every peer tried)."""
+        if peer is not None:
+            code = self.refusals.get(peer)
+            return code if code is not None and is_fatal(code) else None
+        if self.links or self.retry_at or not self.refusals:
+            return None
+        codes = [c for c in self.refusals.values() if is_fatal(c)]
+        return codes[0] if len(codes) == len(self.refusals) else None
+
+    def get_option(self, name: str) -> Any:
+        if hasattr(self.options, name):
+            return getattr(self.options, name)
+        extra = self.extra_options()
+        if name in extra:
+            return extra[name]
+        raise UsageError(f"unknown option {name!r} for a {self.kind} socket")
+
+    def set_option(self, name: str, value: Any) -> None:
+        if not hasattr(self.options, name):
+            self.set_pattern_option(name, value)
+            return
+        if name == "capacity":
+            if not isinstance(value, int) or value < 1:
+                raise UsageError("capacity must be an int >= 1")
+            for link in self.links.values():
+                flow = link.recv.set_capacity(value)
+                if flow is not None and link.state in (State.ESTABLISHED, State.UNLINKING):
+                    self._send_flow(link, flow)
+        setattr(self.options, name, value)
+
+    def next_timer(self) -> float | None:
+        return min(self.retry_at.values()) if self.retry_at else None
+
+    def handle_timer(self, now: float) -> None:
+        for peer, t in list(self.retry_at.items()):
+            if t <= now:
+                del self.retry_at[peer]
+                if not self.closed and peer not in self.links:
+                    self._start_link(peer)
+
+    # ================================================================ message handling
+
+    def handle(self, node_id: str, msg: Message, now: float) -> None:
+        """A message for this socket from socket ``msg.src_tag`` of node ``node_id``."""
+        peer = (node_id, msg.src_tag)
+        t = msg.type
+        if t == m.LINK:
+            self._on_link(peer, msg, now)
+            return
+        link = self.links.get(peer)
+        if t == m.ERROR:
+            self._on_error(peer, link, msg, now)
+            return
+        if link is None or msg.dst_inc != link.my_inc:
+            if t == m.DATA or t >= m.PATTERN_MIN:
+                # Seed 000: "socket not linked" (never in answer to an ERROR).
+                self._emit(peer, Message(m.ERROR, self.tag, peer[1], 0, msg.src_inc,
+                                         code=m.ERR_SOCKET_NOT_LINKED, about=t))
+            return  # an old LINKACK, UNLINK or FLOW: influences nothing (seed 003)
+        if link.state is State.LINKING and t != m.LINKACK and not self._implicit_accept(link, msg):
+            return
+        if t == m.DATA or t >= m.PATTERN_MIN:
+            self._on_sequenced(link, msg)
+        elif t == m.FLOW:
+            link.send.on_flow(msg.flow_seq, msg.edge)
+        elif t == m.LINKACK:
+            self._on_linkack(link, msg)
+        elif t == m.UNLINK:
+            self._on_unlink(link, msg)
+
+    # ---------------------------------------------------------------- handshake
+
+    def _my_meta(self) -> Metadata:
+        meta: Metadata = {"type": self.kind, "credits": self.options.capacity,
+                          "ordered": self.options.ordered}
+        meta.update(self.link_metadata())
+        return meta
+
+    def _new_link(self, peer: PeerId, initiator: bool) -> Link:
+        link = Link(peer, self.node.next_incarnation(), initiator, self.options.capacity,
+                    self.options.ordered)
+        link.peer_tag_bytes = m.encoded_tag(peer[1])
+        self.links[peer] = link
+        return link
+
+    def _start_link(self, peer: PeerId) -> None:
+        link = self._new_link(peer, initiator=True)
+        link.my_meta_sent = True
+        self._emit(peer, Message(m.LINK, self.tag, peer[1], link.my_inc, 0, meta=self._my_meta()))
+
+    def _decide(self, link: Link) -> int:
+        meta = link.peer_meta or {}
+        codes: list[int] = []
+        if self.closed or link.unlink_wanted:
+            codes.append(CLOSED_SOCKET)
+        credits = meta.get("credits")
+        if meta.get("type") not in self.peers or not isinstance(credits, int) or credits < 1 \
+                or isinstance(credits, bool):
+            codes.append(INCOMPATIBLE)
+        if not link.initiator and not self.options.incoming:
+            codes.append(INCOMING_NOT_ALLOWED)
+        limit = self.options.max_links or self.pattern_max_links
+        if self.pattern_max_links:
+            limit = min(limit, self.pattern_max_links)
+        if limit:
+            others = sum(1 for lk in self.links.values()
+                         if lk is not link and lk.state is not State.CLOSED)
+            if others >= limit:
+                codes.append(LINK_LIMIT)
+        custom = self.check_link(link.peer, meta)
+        if custom != OK:
+            codes.append(custom)
+        return most_severe(codes)
+
+    def _answer(self, link: Link) -> None:
+        """Decide on the peer's metadata and send our LINKACK (with our metadata if unsent)."""
+        code = self._decide(link)
+        link.my_decision = code
+        meta = None if link.my_meta_sent else self._my_meta()
+        link.my_meta_sent = True
+        self._emit(link.peer, Message(m.LINKACK, self.tag, link.peer[1], link.my_inc,
+                                      link.peer_inc, code=code, meta=meta))
+        if code != OK:
+            self._refused(link, code, by_peer=False)
+        elif link.peer_decision == OK:
+            self._establish(link)
+
+    def _on_link(self, peer: PeerId, msg: Message, now: float) -> None:
+        link = self.links.get(peer)
+        if link is not None:
+            if link.state is State.LINKING and link.peer_meta is None and (
+                    link.peer_inc in (0, msg.src_inc)):
+                # Simultaneous LINK, or the LINK that follows an early LINKACK.
+                link.peer_inc = msg.src_inc
+                link.peer_meta = msg.meta
+                self._answer(link)
+                return
+            if msg.src_inc == link.peer_inc:
+                return
+            if link.state is State.UNLINKING:
+                # The peer links again before our unlink finished: retry later (non-fatal).
+                self._emit(peer, Message(m.LINKACK, self.tag, peer[1], link.my_inc,
+                                         msg.src_inc, code=ALREADY_LINKED))
+                return
+            # A newer incarnation: the peer lost its side of our link.
+            self._abort(link)
+        link = self._new_link(peer, initiator=False)
+        link.peer_inc = msg.src_inc
+        link.peer_meta = msg.meta
+        self._answer(link)
+
+    def _on_linkack(self, link: Link, msg: Message) -> None:
+        if link.state is not State.LINKING:
+            return
+        if msg.code != OK:
+            link.peer_decision = msg.code
+            self._refused(link, msg.code, by_peer=True)
+            return
+        link.peer_decision = OK
+        link.peer_inc = msg.src_inc
+        if msg.meta is not None:
+            link.peer_meta = msg.meta
+        if link.peer_meta is None:
+            return  # LINKACK before LINK: wait for the LINK that carries the metadata
+        if link.my_decision is None:
+            self._answer(link)
+        elif link.my_decision == OK:
+            self._establish(link)
+
+    def _implicit_accept(self, link: Link, msg: Message) -> bool:
+        """A message other than LINKACK on a linking link (seed 003's DATA before LINKACK)."""
+        if msg.type == m.UNLINK:
+            # The peer gave up while linking: answer and close.
+            if not link.unlink_sent:
+                self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
+                                              link.peer_inc, goal=0))
+            self._close(link, Ev.UNLINK_PEER)
+            return False
+        if link.my_decision == OK and link.peer_meta is not None:
+            link.peer_decision = OK  # it only sends after deciding positively
+            self._establish(link)
+            return link.state is not State.CLOSED
+        return False
+
+    def _establish(self, link: Link) -> None:
+        link.advance(Ev.ESTABLISH)
+        meta = link.peer_meta or {}
+        credits = meta.get("credits", 0)
+        link.send.edge = credits if isinstance(credits, int) else 0
+        link.ordered = self.options.ordered and bool(meta.get("ordered", True))
+        self.refusals.pop(link.peer, None)
+        self._retry_count.pop(link.peer, None)
+        self.on_link_added(link)
+        if link.unlink_wanted or self.closed:
+            self._start_unlink(link)
+
+    def _refused(self, link: Link, code: int, by_peer: bool) -> None:
+        self.refusals[link.peer] = code
+        wanted = link.unlink_wanted
+        self._close(link, Ev.REFUSE)
+        if by_peer and not is_fatal(code) and link.initiator and not wanted and not self.closed:
+            self._schedule_retry(link.peer)
+
+    def _schedule_retry(self, peer: PeerId) -> None:
+        n = self._retry_count.get(peer, 0)
+        self._retry_count[peer] = n + 1
+        delay = min(self.options.retry_base_s * (2 ** n), self.options.retry_max_s)
+        delay *= 0.5 + self.rng.random()  # randomised so two sockets do not retry in step
+        self.retry_at[peer] = self.node.now + delay
+
+    # ---------------------------------------------------------------- unlink
+
+    def _start_unlink(self, link: Link) -> None:
+        link.advance(Ev.UNLINK_LOCAL)
+        self.on_link_removed(link)
+        link.unlink_sent = True
+        self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
+                                      link.peer_inc, goal=link.last_seq_sent))
+        self._try_finish(link)
+
+    def _on_unlink(self, link: Link, msg: Message) -> None:
+        link.peer_goal = msg.goal
+        if link.state is State.ESTABLISHED:
+            link.advance(Ev.UNLINK_PEER)
+            self.on_link_removed(link)
+        if not link.unlink_sent:
+            link.unlink_sent = True
+            self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
+                                          link.peer_inc, goal=link.last_seq_sent))
+        self._try_finish(link)
+
+    def _try_finish(self, link: Link) -> None:
+        if (link.state is State.UNLINKING and link.unlink_sent and link.peer_goal is not None
+                and link.processed >= link.peer_goal):
+            link.advance(Ev.GOAL_REACHED)
+            self._forget(link)
+
+    # ---------------------------------------------------------------- data path
+
+    def _on_sequenced(self, link: Link, msg: Message) -> None:
+        if link.state is State.CLOSED:
+            return
+        if msg.type == m.DATA:
+            if not link.recv.on_arrival():
+                self.protocol_violation(link, "sent beyond its credits")
+                return
+        else:
+            link.ctrl_pending += 1
+            if link.ctrl_pending > CTRL_ALLOWANCE:
+                self.protocol_violation(link, "too many control messages")
+                return
+        seq = msg.seq
+        if not link.ordered:
+            link.expected_seq = max(link.expected_seq, seq + 1)
+            self._process(link, msg.type, msg.payload)
+            return
+        if seq == link.expected_seq:
+            self._process(link, msg.type, msg.payload)
+            link.expected_seq = seq + 1
+            reorder = link.reorder
+            while reorder and link.expected_seq in reorder:
+                t, p = reorder.pop(link.expected_seq)
+                self._process(link, t, p)
+                link.expected_seq += 1
+        elif seq > link.expected_seq and seq not in link.reorder:
+            link.reorder[seq] = (msg.type, msg.payload)
+        else:
+            self.protocol_violation(link, f"sequence number {seq} repeated")
+            return
+        if link.state is State.UNLINKING:
+            self._try_finish(link)
+
+    def _process(self, link: Link, mtype: int, payload: bytes) -> None:
+        link.processed += 1
+        if mtype == m.DATA:
+            self.stats["received"] += 1
+            self.on_data(link, payload)
+        else:
+            link.ctrl_pending -= 1
+            self.on_control(link, mtype, payload)
+
+    def _send_flow(self, link: Link, flow: tuple[int, int]) -> None:
+        self._emit(link.peer, Message(m.FLOW, self.tag, link.peer[1], link.my_inc,
+                                      link.peer_inc, flow_seq=flow[0], edge=flow[1]))
+
+    # ---------------------------------------------------------------- errors and closing
+
+    def _on_error(self, peer: PeerId, link: Link | None, msg: Message, now: float) -> None:
+        """An ERROR from the peer: never answered with an ERROR."""
+        if link is None:
+            return
+        if msg.code == m.ERR_SOCKET_NOT_FOUND:
+            if link.state is State.LINKING:
+                self._refused(link, NOT_FOUND, by_peer=True)  # may appear later: retry
+            else:
+                self._abort(link)
+        elif msg.code in (m.ERR_SOCKET_NOT_LINKED, m.ERR_PROTOCOL) and msg.dst_inc in (
+                0, link.my_inc):
+            was_initiator = link.initiator and link.state is not State.UNLINKING
+            self._abort(link)
+            if was_initiator and not self.closed and msg.code == m.ERR_SOCKET_NOT_LINKED:
+                self._schedule_retry(peer)
+
+    def _abort(self, link: Link) -> None:
+        if link.state is State.ESTABLISHED:
+            self.on_link_removed(link)
+        self._close(link, Ev.ABORT)
+
+    def _close(self, link: Link, ev: Ev) -> None:
+        if link.state is not State.CLOSED:
+            link.advance(ev)
+        self._forget(link)
+
+    def _forget(self, link: Link) -> None:
+        if self.links.get(link.peer) is link:
+            del self.links[link.peer]
+        for payload in link.inq:
+            self.orphans.append(Received(payload, link.peer))
+        link.inq.clear()
+        link.reorder.clear()
+
+    def _emit(self, peer: PeerId, msg: Message) -> None:
+        self.node.emit(peer[0], m.encode(msg))
+
+
+__all__ = ["SocketCore", "SocketOptions", "Received", "REASONS", "CTRL_ALLOWANCE"]

@@ -1,0 +1,454 @@
+"""``a3m.Node`` and its sockets: the blocking, thread-safe API over the core and Exon.
+
+One node = one Exon protocol + one :class:`~a3m.core.node_core.NodeCore`, driven by one I/O
+thread (:class:`~a3m.runtime.driver.Driver`). Application threads call into the core under the
+driver's lock; blocking calls wait on its condition, which the I/O thread notifies after every
+batch of events. Nothing the core produces is dropped: what Exon cannot take yet (its window is
+full) waits in an outbox that the credits bound.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from random import Random
+from typing import Any, NamedTuple
+
+from a3m.core.link import REASONS
+from a3m.core.node_core import NodeCore
+from a3m.core.socket_core import SocketCore
+from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
+from a3m.exon.config import ExonConfig
+from a3m.exon.events import Delivered, Event
+from a3m.exon.protocol import ExonProtocol
+from a3m.patterns import BUILTIN
+from a3m.runtime.driver import Driver
+from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
+
+POLLIN = 1
+POLLOUT = 2
+
+_EXON_FIELDS = {f.name for f in fields(ExonConfig)}
+
+
+class SocketId(NamedTuple):
+    """A socket's global name: the node id and the socket's tag on that node."""
+
+    node: str
+    tag: str
+
+    @classmethod
+    def of(cls, peer: Any) -> SocketId:
+        """Accept a SocketId, a ``(node, tag)`` pair or ``"node/tag"``."""
+        if isinstance(peer, SocketId):
+            return peer
+        if isinstance(peer, tuple) and len(peer) == 2:
+            return cls(str(peer[0]), str(peer[1]))
+        if isinstance(peer, str) and "/" in peer:
+            node, tag = peer.rsplit("/", 1)
+            return cls(node, tag)
+        raise UsageError(f"a peer socket is SocketId(node, tag), (node, tag) or 'node/tag': "
+                         f"{peer!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """What ``recv_msg`` returns."""
+
+    payload: bytes
+    source: SocketId
+    topic: bytes | None = None
+
+
+def _deadline(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if timeout < 0:
+        raise UsageError("timeout must be >= 0 or None")
+    return time.monotonic() + timeout
+
+
+class Node:
+    """An A3M node: a container of sockets with one UDP address and one global id."""
+
+    def __init__(self, node_id: str | None = None, bind: str | tuple[str, int] = "127.0.0.1:0",
+                 *, clock_file: str | os.PathLike[str] | None = None, discovery: Any = None,
+                 seed: int | None = None, **options: Any) -> None:
+        unknown = sorted(set(options) - _EXON_FIELDS)
+        if unknown:
+            raise UsageError(f"unknown node option(s): {', '.join(unknown)}")
+        self.id = node_id or f"node-{os.getpid()}-{os.urandom(4).hex()}"
+        config = ExonConfig.from_options(options)
+        rng = Random(seed)
+        self._proto = ExonProtocol(self.id, config, Random(rng.random()),
+                                   make_clock_store(clock_file), make_resolver(discovery),
+                                   path_mtu=path_mtu_for(config))
+        self._core = NodeCore(self.id, Random(rng.random()))
+        for name, cls in BUILTIN.items():
+            self._core.register_type(name, cls)
+        self._outbox: deque[tuple[str, bytes]] = deque()
+        self._sockets: dict[str, Socket] = {}
+        self._listeners: list[Callable[[], None]] = []
+        self._closed = False
+        self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-node-{self.id}",
+                              upper_timer=self._core.next_timer, on_turn=self._on_turn)
+
+    # ------------------------------------------------------------------ API
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._driver.address
+
+    def associate(self, node_id: str, address: Any) -> None:
+        """Tell this node where ``node_id`` can be reached."""
+        if isinstance(address, list):
+            address = tuple(address)
+        self._driver.call(lambda: self._proto.associate(node_id, address))
+
+    def rebind(self, bind: str | tuple[str, int]) -> None:
+        """Move to another local address; links and messages in flight are kept."""
+        self._driver.rebind(bind)
+
+    def register_socket_type(self, name: str, factory: Callable[..., SocketCore]) -> None:
+        """Register a custom socket kind: ``factory(node_core, tag, rng, **options)``, usually
+        a :class:`~a3m.core.SocketCore` subclass."""
+        with self._driver.lock:
+            self._core.register_type(name, factory)
+
+    def socket(self, kind: str | Callable[..., SocketCore], tag: str | None = None,
+               **options: Any) -> Socket:
+        """Create a socket of ``kind`` (``a3m.PUSH``, a registered name, or a factory)."""
+        with self._driver.lock:
+            self._check_open()
+            if isinstance(kind, str) and kind.upper() not in self._core.types:
+                raise UsageError(f"socket kind {kind!r} is not available (known: "
+                                 f"{', '.join(sorted(self._core.types))})")
+            core = self._core.create(kind, tag, **options)
+            sock = Socket(self, core)
+            self._sockets[core.tag] = sock
+            return sock
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        with self._driver.lock:
+            return {"exon": self._proto.stats.as_dict(), "malformed": self._core.malformed,
+                    "not_found": self._core.not_found, "outbox": len(self._outbox)}
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Close every socket (unlinking cleanly), deliver what is in flight, stop."""
+        if self._closed:
+            return True
+        deadline = _deadline(timeout)
+        clean = True
+        for sock in list(self._sockets.values()):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            clean = sock.close(left) and clean
+        drv = self._driver
+        with drv.cond:
+            self._proto.close(time.monotonic())
+            drv.wake()
+            while not self._proto.is_closed() or self._outbox:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    clean = False
+                    break
+                drv.cond.wait(0.05 if left is None else min(left, 0.05))
+                self._pump(time.monotonic())
+                drv.wake()
+            end = time.monotonic() + 0.05
+            while self._proto.has_output() and time.monotonic() < end:
+                drv.wake()
+                drv.cond.wait(0.005)
+        self._closed = True
+        drv.stop()
+        return clean
+
+    def __enter__(self) -> Node:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(timeout=10)
+
+    def __repr__(self) -> str:
+        return f"<a3m.Node {self.id!r}{' closed' if self._closed else ''}>"
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._closed or not self._driver.running:
+            raise Closed(f"node {self.id!r} is closed")
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` (from the I/O thread) after every turn that changed something."""
+        with self._driver.lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: Callable[[], None]) -> None:
+        with self._driver.lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    def _on_events(self, events: list[Event], now: float) -> None:
+        core, proto = self._core, self._proto
+        for ev in events:
+            if type(ev) is Delivered:
+                core.receive(ev.source, ev.payload, now)
+                proto.consumed(len(ev.payload))  # the core's credits bound what it keeps
+
+    def _on_turn(self, now: float) -> None:
+        t = self._core.next_timer()
+        if t is not None and t <= now:
+            self._core.handle_timer(now)
+            self._driver.cond.notify_all()
+        self._pump(now)
+        for fn in self._listeners:
+            fn()
+
+    def _pump(self, now: float) -> None:
+        """Move what the core produced into Exon, as far as its windows allow."""
+        out = self._core.take_output()
+        if out:
+            self._outbox.extend(out)
+        outbox = self._outbox
+        send = self._proto.send
+        while outbox:
+            dst, data = outbox[0]
+            try:
+                send(dst, data, now)
+            except WouldBlock:
+                break
+            outbox.popleft()
+
+    def _after_call(self) -> None:
+        """Under the lock, after an application call changed the core."""
+        self._pump(time.monotonic())
+        self._driver.wake()
+        self._driver.cond.notify_all()
+
+    def _forget_socket(self, tag: str) -> None:
+        self._sockets.pop(tag, None)
+        self._core.remove(tag)
+
+
+class Socket:
+    """A socket of a node (blocking, thread-safe). Create with :meth:`Node.socket`."""
+
+    def __init__(self, node: Node, core: SocketCore) -> None:
+        self.node = node
+        self._core = core
+        self.id = SocketId(node.id, core.tag)
+        self.kind = core.kind
+        self._closed = False
+
+    # ------------------------------------------------------------------ links
+
+    def link(self, peer: Any) -> None:
+        """Link with a peer socket (``SocketId``, ``(node, tag)`` or ``"node/tag"``)."""
+        pid = SocketId.of(peer)
+        with self.node._driver.lock:
+            self._check_open()
+            self._core.link((pid.node, pid.tag), time.monotonic())
+            self.node._after_call()
+
+    def unlink(self, peer: Any) -> None:
+        """Unlink from a peer; messages in flight either way are still delivered."""
+        pid = SocketId.of(peer)
+        with self.node._driver.lock:
+            self._core.unlink((pid.node, pid.tag), time.monotonic())
+            self.node._after_call()
+
+    def wait_linked(self, peer: Any = None, timeout: float | None = None) -> bool:
+        """True once linked (to ``peer``, or to anyone); False on timeout or fatal refusal."""
+        pid = None if peer is None else SocketId.of(peer)
+        key = None if pid is None else (pid.node, pid.tag)
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        with drv.cond:
+            while not self._core.is_linked(key):
+                if self._core.fatal_refusal(key) is not None or not drv.running:
+                    return False
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                drv.cond.wait(0.1 if left is None else min(left, 0.1))
+            return True
+
+    def refusal(self, peer: Any) -> str | None:
+        """Why the last attempt to link with ``peer`` was refused, if it was."""
+        pid = SocketId.of(peer)
+        with self.node._driver.lock:
+            code = self._core.refusals.get((pid.node, pid.tag))
+        return None if code is None else REASONS.get(code, hex(code))
+
+    @property
+    def links(self) -> list[SocketId]:
+        """The peers this socket is linked with (established links)."""
+        with self.node._driver.lock:
+            return [SocketId(*lk.peer) for lk in self._core.established_links()]
+
+    # ------------------------------------------------------------------ messages
+
+    def send(self, data: bytes, timeout: float | None = None, **kw: Any) -> None:
+        """Send a message; blocks while no link can take it (no link, no credits).
+
+        ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise UsageError("send takes bytes")
+        payload = bytes(data)
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        core = self._core
+        with drv.cond:
+            while True:
+                self._check_open()
+                if core.try_send(payload, **kw):
+                    self.node._after_call()
+                    return
+                if timeout == 0:
+                    raise WouldBlock(f"{self.kind} socket {self.id.tag!r} cannot send now")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise Timeout(f"send on {self.id.tag!r} timed out")
+                refusal = core.fatal_refusal()
+                if refusal is not None and not core.links:
+                    raise LinkRefused(REASONS.get(refusal, hex(refusal)))
+                drv.cond.wait(left)
+
+    def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
+        """The next message with its source (and topic, for SUB)."""
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        core = self._core
+        with drv.cond:
+            while True:
+                got = core.try_recv()
+                if got is not None:
+                    self.node._after_call()
+                    return ReceivedMessage(got.payload, SocketId(*got.source), got.topic)
+                self._check_open()
+                if timeout == 0:
+                    raise WouldBlock(f"nothing to receive on {self.id.tag!r}")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise Timeout(f"recv on {self.id.tag!r} timed out")
+                drv.cond.wait(left)
+
+    def recv(self, timeout: float | None = None) -> bytes:
+        """The next message's payload."""
+        return self.recv_msg(timeout).payload
+
+    @property
+    def readable(self) -> bool:
+        with self.node._driver.lock:
+            return self._core.readable
+
+    @property
+    def writable(self) -> bool:
+        with self.node._driver.lock:
+            return self._core.writable
+
+    # ------------------------------------------------------------------ options, close
+
+    def get_option(self, name: str) -> Any:
+        with self.node._driver.lock:
+            return self._core.get_option(name)
+
+    def set_option(self, name: str, value: Any) -> None:
+        with self.node._driver.lock:
+            self._core.set_option(name, value)
+            self.node._after_call()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Unlink everything cleanly (what is in flight is delivered), then free the tag.
+
+        Returns False when the timeout passed first (the socket is closed anyway)."""
+        if self._closed:
+            return True
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        clean = True
+        with drv.cond:
+            self._core.close(time.monotonic())
+            self.node._after_call()
+            while not self._core.is_drained and drv.running:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    clean = False
+                    break
+                drv.cond.wait(0.05 if left is None else min(left, 0.05))
+            self._closed = True
+            self.node._forget_socket(self.id.tag)
+        return clean
+
+    def __enter__(self) -> Socket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(timeout=5)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed(f"socket {self.id.tag!r} is closed")
+        self.node._check_open()
+
+    def __repr__(self) -> str:
+        return f"<a3m.Socket {self.kind} {self.id.node}/{self.id.tag}>"
+
+
+class Poller:
+    """Wait on several sockets at once (pyzmq style)."""
+
+    def __init__(self) -> None:
+        self._sockets: dict[Socket, int] = {}
+
+    def register(self, socket: Socket, events: int = POLLIN | POLLOUT) -> None:
+        self._sockets[socket] = events
+
+    def unregister(self, socket: Socket) -> None:
+        self._sockets.pop(socket, None)
+
+    def _ready(self) -> list[tuple[Socket, int]]:
+        return [r for sock in self._sockets for r in self._ready_one(sock)]
+
+    def poll(self, timeout: float | None = None) -> list[tuple[Socket, int]]:
+        """Sockets with the events they are ready for; empty when the timeout passes."""
+        deadline = _deadline(timeout)
+        nodes = {s.node for s in self._sockets}
+        if not nodes:
+            if timeout:
+                time.sleep(timeout)
+            return []
+        single = next(iter(nodes)) if len(nodes) == 1 else None
+        while True:
+            if single is not None:
+                with single._driver.cond:
+                    ready = self._ready()
+                    if ready:
+                        return ready
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return []
+                    single._driver.cond.wait(left)
+            else:
+                ready = []
+                for sock in self._sockets:
+                    with sock.node._driver.lock:
+                        ready.extend(self._ready_one(sock))
+                if ready:
+                    return ready
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return []
+                time.sleep(0.002 if left is None else min(left, 0.002))
+
+    def _ready_one(self, sock: Socket) -> list[tuple[Socket, int]]:
+        wanted = self._sockets[sock]
+        ev = 0
+        if wanted & POLLIN and sock._core.readable:
+            ev |= POLLIN
+        if wanted & POLLOUT and sock._core.writable:
+            ev |= POLLOUT
+        return [(sock, ev)] if ev else []
