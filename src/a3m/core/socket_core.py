@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from a3m.core import message as m
 from a3m.core.link import (
     ALREADY_LINKED,
+    CANCELLED,
     CLOSED_SOCKET,
     INCOMING_NOT_ALLOWED,
     INCOMPATIBLE,
@@ -358,8 +359,10 @@ class SocketCore:
     def _decide(self, link: Link) -> int:
         meta = link.peer_meta or {}
         codes: list[int] = []
-        if self.closed or link.unlink_wanted:
+        if self.closed:
             codes.append(CLOSED_SOCKET)
+        if link.unlink_wanted:
+            codes.append(CANCELLED)
         credits = meta.get("credits")
         if meta.get("type") not in self.peers or not isinstance(credits, int) or credits < 1 \
                 or isinstance(credits, bool):

@@ -1,0 +1,378 @@
+"""Every flow of the link notes (seed 003), sans-I/O: two node cores joined by a pipe that can
+hold messages back to force each order of every race."""
+
+from __future__ import annotations
+
+import pytest
+
+from a3m.core import link as L
+from a3m.core import message as m
+from a3m.core.link import Ev, IllegalTransition, Link, State
+from a3m.core.socket_core import SocketCore
+
+from .pipe import Pipe
+
+A, B = ("a", "src"), ("b", "sink")
+
+
+def drain(sock: SocketCore) -> list[bytes]:
+    out = []
+    while (r := sock.try_recv()) is not None:
+        out.append(r.payload)
+    return out
+
+
+def pushpull(p: Pipe, capacity: int = 256) -> tuple[SocketCore, SocketCore]:
+    return (p.nodes["a"].create("PUSH", "src"),
+            p.nodes["b"].create("PULL", "sink", capacity=capacity))
+
+
+def test_three_way_handshake_and_metadata() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p, capacity=10)
+    push.link(B, p.now)
+    p.run()
+    assert p.types("a") == ["LINK", "LINKACK"] and p.types("b") == ["LINKACK"]
+    assert push.is_linked(B) and pull.is_linked(A)
+    assert push.links[B].send.available == 10  # the initial credits came in the handshake
+    first_ack = [x for s, _, x in p.log if s == "b"][0]
+    assert first_ack.meta is not None and first_ack.meta["type"] == "PULL"
+    final_ack = [x for s, _, x in p.log if s == "a" and x.type == m.LINKACK][0]
+    assert final_ack.meta is None  # metadata is sent once per side
+
+
+@pytest.mark.parametrize("first", ["a", "b"])
+def test_simultaneous_link_both_orders(first: str) -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.link(B, p.now)
+    pull.link(A, p.now)
+    # deliver one side's LINK first, then the other's
+    out = {n: c.take_output() for n, c in p.nodes.items()}
+    second = "b" if first == "a" else "a"
+    for src in (first, second):
+        for dst, data in out[src]:
+            p.nodes[dst].receive(src, data, p.now)
+    p.run()
+    assert push.is_linked(B) and pull.is_linked(A)
+    assert len(push.links) == 1 and len(pull.links) == 1
+    push.try_send(b"x")
+    p.run()
+    assert drain(pull) == [b"x"]
+
+
+def test_linkack_before_link() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.link(B, p.now)
+    pull.link(A, p.now)
+    # hold b's LINK: a sees b's LINKACK (no metadata) before b's LINK (with metadata)
+    p.hold = lambda src, dst, msg: src == "b" and msg.type == m.LINK
+    p.run()
+    assert push.link_state(B) is State.LINKING  # cannot establish without b's metadata
+    p.hold = None
+    p.release()
+    assert push.is_linked(B) and pull.is_linked(A)
+
+
+def test_data_before_final_linkack_is_implicit_acceptance() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.link(B, p.now)
+    p.hold = lambda src, dst, msg: src == "a" and msg.type == m.LINKACK
+    p.run()
+    assert push.is_linked(B) and pull.link_state(A) is State.LINKING
+    assert push.try_send(b"early")
+    p.run()
+    assert pull.is_linked(A)  # the DATA itself proved a's positive decision
+    assert drain(pull) == [b"early"]
+    p.hold = None
+    p.release()  # the late LINKACK changes nothing
+    assert pull.is_linked(A) and len(pull.links) == 1
+
+
+def test_unlink_while_linking_cancels_cleanly() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.link(B, p.now)
+    push.unlink(B, p.now)
+    assert push.link_state(B) is State.LINKING  # waits for the handshake to end
+    p.run()
+    assert not push.links and not pull.links
+    final = [x for s, _, x in p.log if s == "a" and x.type == m.LINKACK]
+    assert final and final[0].code == L.CANCELLED  # the handshake ends in a refusal
+
+
+def test_unlink_with_messages_in_flight_delivers_them_all() -> None:
+    p = Pipe("a", "b", reorder=True, seed=3)
+    push, pull = pushpull(p)
+    push.link(B, p.now)
+    p.run()
+    for i in range(50):
+        assert push.try_send(b"%d" % i)
+    p.hold = lambda src, dst, msg: msg.type == m.DATA  # all fifty still in flight
+    p.run()
+    push.unlink(B, p.now)
+    p.run()
+    assert pull.link_state(A) is State.UNLINKING  # waiting for its delivery goal
+    p.hold = None
+    p.release(reverse=True)
+    assert not push.links and not pull.links
+    assert drain(pull) == [b"%d" % i for i in range(50)]  # all, in order, after the close
+
+
+def test_unlink_from_the_receiving_side_too() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.link(B, p.now)
+    p.run()
+    for i in range(5):
+        push.try_send(b"%d" % i)
+    pull.unlink(A, p.now)
+    p.run()
+    assert not push.links and not pull.links
+    assert drain(pull) == [b"%d" % i for i in range(5)]
+
+
+def test_fatal_refusal_incompatible_is_not_retried() -> None:
+    p = Pipe("a", "b")
+    push = p.nodes["a"].create("PUSH", "src")
+    p.nodes["b"].create("PUSH", "sink")
+    push.link(B, p.now)
+    p.run()
+    assert not push.links and push.fatal_refusal(B) == L.INCOMPATIBLE
+    assert not push.retry_at
+
+
+def test_incoming_not_allowed_is_fatal() -> None:
+    p = Pipe("a", "b")
+    push = p.nodes["a"].create("PUSH", "src")
+    p.nodes["b"].create("PULL", "sink", incoming=False)
+    push.link(B, p.now)
+    p.run()
+    assert push.fatal_refusal(B) == L.INCOMING_NOT_ALLOWED
+
+
+def test_most_severe_reason_wins() -> None:
+    assert L.most_severe([L.LINK_LIMIT, L.INCOMPATIBLE]) == L.INCOMPATIBLE
+    assert L.most_severe([L.INCOMPATIBLE, L.LINK_LIMIT, L.CLOSED_SOCKET]) == L.INCOMPATIBLE
+    assert L.most_severe([L.LINK_LIMIT]) == L.LINK_LIMIT
+    assert L.most_severe([]) == L.OK
+
+
+def test_non_fatal_refusal_retried_with_randomised_growing_delay() -> None:
+    p = Pipe("a", "b", "c")
+    pair_b = p.nodes["b"].create("PAIR", "p")
+    pair_a = p.nodes["a"].create("PAIR", "p")
+    pair_c = p.nodes["c"].create("PAIR", "p")
+    pair_a.link(("b", "p"), p.now)
+    p.run()
+    assert pair_b.is_linked(("a", "p"))
+    delays = []
+    pair_c.link(("b", "p"), p.now)
+    for _ in range(5):
+        p.run()
+        assert pair_c.refusals[("b", "p")] == L.LINK_LIMIT
+        t = pair_c.retry_at[("b", "p")]
+        delays.append(t - p.now)
+        p.advance(t - p.now + 1e-6)
+    assert delays[-1] > delays[0] * 2  # grows
+    pair_a.unlink(("b", "p"), p.now)
+    p.run()
+    p.advance(pair_c.retry_at[("b", "p")] - p.now + 1e-6)
+    assert pair_c.is_linked(("b", "p")) and pair_b.is_linked(("c", "p"))
+
+
+def test_socket_not_found_then_created_later() -> None:
+    p = Pipe("a", "b")
+    push = p.nodes["a"].create("PUSH", "src")
+    push.link(B, p.now)
+    p.run()
+    assert "ERROR" in p.types("b") and push.refusals[B] == L.NOT_FOUND
+    p.nodes["b"].create("PULL", "sink")
+    p.advance(push.retry_at[B] - p.now + 1e-6)
+    assert push.is_linked(B)
+
+
+def test_socket_not_linked_and_no_error_for_an_error() -> None:
+    p = Pipe("a", "b")
+    pull = p.nodes["b"].create("PULL", "sink")
+    data = m.encode_data(m.encoded_tag("src"), m.encoded_tag("sink"), 5, 99, 1, b"stray")
+    p.nodes["b"].receive("a", data, p.now)
+    out = p.nodes["b"].take_output()
+    assert len(out) == 1 and m.decode(out[0][1]).code == m.ERR_SOCKET_NOT_LINKED
+    assert drain(pull) == []
+    # An ERROR to a missing socket, or about an unknown link, is never answered.
+    err = m.encode(m.Message(m.ERROR, "src", "nowhere", 0, 0, code=m.ERR_SOCKET_NOT_LINKED))
+    p.nodes["b"].receive("a", err, p.now)
+    err2 = m.encode(m.Message(m.ERROR, "src", "sink", 0, 0, code=m.ERR_SOCKET_NOT_FOUND))
+    p.nodes["b"].receive("a", err2, p.now)
+    assert p.nodes["b"].take_output() == []
+
+
+def test_old_incarnation_never_touches_a_new_link() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.link(B, p.now)
+    p.run()
+    old_inc = push.links[B].my_inc
+    push.try_send(b"old")
+    p.hold = lambda src, dst, msg: msg.type == m.DATA
+    p.run()
+    stale = p.held
+    p.held = []
+    p.hold = None
+    # the DATA never arrived: unlink waits for it... so cut the link hard and relink
+    push._abort(push.links[B])
+    pull._abort(pull.links[A])
+    push.link(B, p.now)
+    p.run()
+    assert push.links[B].my_inc != old_inc and pull.is_linked(A)
+    for src, dst, data in stale:  # the old DATA arrives now
+        p.nodes[dst].receive(src, data, p.now)
+    p.run()
+    assert drain(pull) == []  # dropped: its incarnation is not the link's
+    assert pull.links[A].recv.received == 0
+
+
+def test_overspending_peer_is_unlinked() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p, capacity=4)
+    push.link(B, p.now)
+    p.run()
+    link = push.links[B]
+    for i in range(6):  # ignore the credits: a misbehaving peer
+        push.send_on(link, b"%d" % i)
+    p.run()
+    assert pull.violations == 1 and A not in pull.links
+    assert len(drain(pull)) == 4  # what it was allowed to send is kept
+    assert B not in push.links  # told with an ERROR, its side closed too
+
+
+def test_credits_returned_in_batches_on_delivery() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p, capacity=8)
+    push.link(B, p.now)
+    p.run()
+    sent = 0
+    while push.try_send(b"x"):
+        sent += 1
+    assert sent == 8 and not push.writable
+    p.run()
+    assert not push.writable  # arrival alone returns nothing: credits follow delivery
+    pull.try_recv()
+    p.run()
+    assert not push.writable  # batches of capacity/4 = 2
+    pull.try_recv()
+    p.run()
+    assert push.links[B].send.available == 2
+    assert p.types("b").count("FLOW") == 1
+
+
+def test_capacity_lowered_below_held_credits_uses_the_loan() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p, capacity=10)
+    push.link(B, p.now)
+    p.run()
+    for _ in range(6):
+        push.try_send(b"x")  # six in flight, four credits still held
+    p.hold = lambda src, dst, msg: msg.type == m.DATA
+    p.run()
+    pull.set_option("capacity", 2)  # below what the peer holds and has spent
+    assert pull.links[A].recv.loan == 8
+    p.hold = None
+    p.release()
+    assert pull.violations == 0 and len(pull.links[A].inq) == 6  # the loan covered them
+    assert push.links[B].send.available <= 0  # the new, lower edge reached the sender
+    assert len(drain(pull)) == 6
+    p.run()
+    assert push.links[B].send.available == 2  # now capacity 2 rules
+    pull.set_option("capacity", 20)
+    p.run()
+    assert push.links[B].send.available == 20
+
+
+def test_decision_hook_custom_condition() -> None:
+    class Guarded(SocketCore):
+        kind = "PULL"
+        peers = frozenset({"PUSH"})
+        sends = False
+
+        def check_link(self, peer: tuple[str, str], meta: m.Metadata) -> int:
+            return L.OK if meta.get("secret") == b"s3cret" else L.REFUSED
+
+    class Keyed(SocketCore):
+        kind = "PUSH"
+        peers = frozenset({"PULL"})
+        receives = False
+
+        def link_metadata(self) -> m.Metadata:
+            return {"secret": b"s3cret"}
+
+    p = Pipe("a", "b", "c")
+    p.nodes["b"].register_type("GUARDED", Guarded)
+    p.nodes["a"].register_type("KEYED", Keyed)
+    guarded = p.nodes["b"].create("GUARDED", "sink")
+    good = p.nodes["a"].create("KEYED", "src")
+    bad = p.nodes["c"].create("PUSH", "src")
+    good.link(B, p.now)
+    bad.link(B, p.now)
+    p.run()
+    assert good.is_linked(B) and not bad.links
+    assert bad.fatal_refusal(B) == L.REFUSED
+    assert list(guarded.links) == [A]
+
+
+def test_transition_table_rejects_illegal_moves() -> None:
+    link = Link(B, 1, True, 4)
+    with pytest.raises(IllegalTransition, match="linking"):
+        link.advance(Ev.GOAL_REACHED)
+    link.advance(Ev.ESTABLISH)
+    with pytest.raises(IllegalTransition):
+        link.advance(Ev.ESTABLISH)
+
+
+def test_close_unlinks_everything_and_refuses_new_links() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.link(B, p.now)
+    p.run()
+    pull.close(p.now)
+    p.run()
+    assert pull.is_drained and not push.links
+    push.link(B, p.now)
+    p.run()
+    assert push.fatal_refusal(B) == L.CLOSED_SOCKET
+
+
+def test_ordering_under_reordering_and_unordered_option() -> None:
+    p = Pipe("a", "b", reorder=True, seed=9)
+    push, pull = pushpull(p, capacity=1000)
+    push.link(B, p.now)
+    p.run()
+    for i in range(500):
+        push.try_send(b"%d" % i)
+    p.run()
+    assert drain(pull) == [b"%d" % i for i in range(500)]
+    p2 = Pipe("a", "b", reorder=True, seed=9)
+    push2 = p2.nodes["a"].create("PUSH", "src")
+    pull2 = p2.nodes["b"].create("PULL", "sink", capacity=1000, ordered=False)
+    push2.link(B, p2.now)
+    p2.run()
+    for i in range(500):
+        push2.try_send(b"%d" % i)
+    p2.run()
+    got = drain(pull2)
+    assert sorted(got) == sorted(b"%d" % i for i in range(500)) and got != sorted(got)
+
+
+def test_same_node_delivery_bypasses_the_network() -> None:
+    p = Pipe("a")
+    push = p.nodes["a"].create("PUSH", "src")
+    pull = p.nodes["a"].create("PULL", "sink")
+    push.link(("a", "sink"), p.now)
+    assert p.nodes["a"].take_output() == []  # the handshake stayed inside the node
+    assert push.is_linked(("a", "sink"))
+    assert push.try_send(b"local")
+    assert p.nodes["a"].take_output() == []  # nothing for the transport
+    assert drain(pull) == [b"local"]
