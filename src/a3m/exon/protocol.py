@@ -57,6 +57,7 @@ class ExonStats:
     from_self: int = 0
     tokens_sent: int = 0
     retransmits: int = 0
+    fast_retransmits: int = 0  # of which resent early: a later token was acknowledged
     reqslots_sent: int = 0
     reqslots_retransmits: int = 0
     delivered: int = 0
@@ -572,6 +573,7 @@ class ExonProtocol:
         tokens = rec.tokens
         acked = 0
         sample_at = -1.0
+        newest = -1.0  # latest send time among the tokens this ACK covers
         for first, count in ranges:
             if count > 4 * len(tokens) + 8:
                 slots: Any = [x for x in tokens if first <= x < first + count]
@@ -582,6 +584,8 @@ class ExonProtocol:
                 if tok is not None and tok[1] == r:
                     del tokens[s]
                     acked += 1
+                    if tok[3] > newest:
+                        newest = tok[3]
                     if tok[4] == 1 and tok[3] > sample_at:
                         sample_at = tok[3]
                     meta = tok[2]
@@ -594,6 +598,8 @@ class ExonProtocol:
         if sample_at >= 0:
             self._rtt_sample(rec, now - sample_at)
         rec.backoff = 1
+        if tokens:
+            self._detect_losses(rec, newest, now)
         if rec.queue:
             self._pump(rec, now)
         elif not tokens:
@@ -605,6 +611,25 @@ class ExonProtocol:
         if self._blocked:
             self._blocked = False
             self._events.append(Writable())
+
+    def _detect_losses(self, rec: SendRecord, newest: float, now: float) -> None:
+        """Fast retransmit (QUIC's time threshold): a token sent before one that was just
+        acknowledged, and older than 9/8 of the smoothed RTT, is taken as lost and resent now
+        instead of at its retransmission timeout. Only the oldest tokens are looked at."""
+        srtt = rec.srtt if rec.srtt is not None else self.config.rto_initial_s
+        cut = now - (1.125 * srtt + 0.0005)
+        tokens = rec.tokens
+        resent = 0
+        for n, (s, tok) in enumerate(tokens.items()):
+            if n >= 64:
+                break
+            if tok[3] < newest and tok[3] <= cut:
+                self._emit(rec.peer, tok[0])
+                tokens[s] = (tok[0], tok[1], tok[2], now, tok[4] + 1)
+                resent += 1
+        if resent:
+            self.stats.retransmits += resent
+            self.stats.fast_retransmits += resent
 
     def _receipt_progress(self, meta: Any) -> None:
         if isinstance(meta, int):
