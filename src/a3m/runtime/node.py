@@ -227,6 +227,8 @@ class Node:
         self._pump(time.monotonic())
         self._driver.wake()
         self._driver.cond.notify_all()
+        for fn in self._listeners:
+            fn()
 
     def _forget_socket(self, tag: str) -> None:
         self._sockets.pop(tag, None)
