@@ -36,7 +36,7 @@ def run_chaos(name: str, messages: int, loss: float, dup: float, reorder: float,
     result: dict[str, Any] = {
         "workload": name, "sent": tx["sent"], "delivered": rx["received"],
         "distinct": rx["distinct"], "duplicates": rx["duplicates"], "lost": rx["lost"],
-        "phantoms": rx["phantoms"], "exactly_once": (rx["duplicates"] == 0 and rx["lost"] == 0
+        "phantoms": rx["phantoms"], "in_order": rx.get("in_order"), "exactly_once": (rx["duplicates"] == 0 and rx["lost"] == 0
                                                      and rx["phantoms"] == 0),
         "loss": loss, "dup": dup, "reorder": reorder, "seed": seed,
         "relay": relay_stats,

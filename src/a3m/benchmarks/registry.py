@@ -96,4 +96,12 @@ def _transport() -> None:
                       baselines=THROUGHPUT_BASELINES))
 
 
+def _pushpull() -> None:
+    from a3m.benchmarks import pushpull
+
+    register(Workload("pushpull", pushpull.pull_receiver, pushpull.push_sender,
+                      baselines=THROUGHPUT_BASELINES))
+
+
 _transport()
+_pushpull()

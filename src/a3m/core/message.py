@@ -132,6 +132,49 @@ def encoded_tag(tag: str) -> bytes:
     return _tag(tag)
 
 
+_TAGS: dict[bytes, str] = {}
+_DATA_TAIL = struct.Struct(">QQQ")  # src_inc, dst_inc, seq
+
+
+def decode_sequenced(data: bytes) -> tuple[int, str, str, int, int, int, bytes]:
+    """Fast path for DATA and pattern messages: ``(type, src_tag, dst_tag, src_inc, dst_inc,
+    seq, payload)``; raises :class:`ProtocolViolation` like :func:`decode`."""
+    try:
+        version, proto, t, remaining = FIXED.unpack_from(data, 0)
+        if version != VERSION or proto != PROTO_SOCKET or remaining != len(data) - 8 or not (
+                t == DATA or t >= PATTERN_MIN):
+            raise _bad("not a well-formed sequenced message")
+        ls = data[8]
+        end_src = 9 + ls
+        ld = data[end_src]
+        end_dst = end_src + 1 + ld
+        if not ls or not ld:
+            raise _bad("empty tag")
+        raw_src, raw_dst = data[9:end_src], data[end_src + 1:end_dst]
+        src = _TAGS.get(raw_src)
+        if src is None:
+            src = _cache_tag(raw_src)
+        dst = _TAGS.get(raw_dst)
+        if dst is None:
+            dst = _cache_tag(raw_dst)
+        src_inc, dst_inc, seq = _DATA_TAIL.unpack_from(data, end_dst)
+        if seq == 0:
+            raise _bad("sequence numbers start at 1")
+        return t, src, dst, src_inc, dst_inc, seq, data[end_dst + 24:]
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise _bad("cut short or not UTF-8") from exc
+
+
+def _cache_tag(raw: bytes) -> str:
+    tag = raw.decode("utf-8")
+    if len(raw) != len(tag.encode("utf-8")):
+        raise _bad("tag cut short")
+    if len(_TAGS) > 4096:
+        _TAGS.clear()
+    _TAGS[raw] = tag
+    return tag
+
+
 def _bad(detail: str) -> ProtocolViolation:
     return ProtocolViolation(f"bad middleware message: {detail}")
 

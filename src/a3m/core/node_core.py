@@ -101,6 +101,17 @@ class NodeCore:
             self._draining = False
 
     def _dispatch(self, src_node: str, data: bytes) -> None:
+        if len(data) > 8 and (data[3] == m.DATA or data[3] >= m.PATTERN_MIN):
+            try:
+                t, src_tag, dst_tag, src_inc, dst_inc, seq, payload = m.decode_sequenced(data)
+            except ProtocolViolation as exc:
+                self.malformed += 1
+                self.log(f"dropped a malformed message from {src_node}: {exc}")
+                return
+            sock = self.sockets.get(dst_tag)
+            if sock is not None and sock.on_sequenced_fast(src_node, src_tag, t, src_inc,
+                                                           dst_inc, seq, payload):
+                return
         try:
             msg = m.decode(data)
         except ProtocolViolation as exc:

@@ -93,6 +93,7 @@ class SocketCore:
         self.stats: dict[str, int] = {"sent": 0, "received": 0, "delivered": 0}
         self._rr_send = 0
         self._rr_recv = 0
+        self._ring: list[Link] | None = None
         for name, value in options.items():
             self.set_option(name, value)
 
@@ -114,11 +115,15 @@ class SocketCore:
 
     def choose_send_link(self, payload: bytes, **kw: Any) -> Link | None:
         """The link the next message goes to; default: round robin over links with credits."""
-        links = [lk for lk in self.links.values() if lk.can_send]
-        if not links:
-            return None
-        self._rr_send = (self._rr_send + 1) % len(links)
-        return links[self._rr_send]
+        ring = self.link_ring()
+        n = len(ring)
+        start = self._rr_send
+        for i in range(n):
+            link = ring[(start + i) % n]
+            if link.can_send:
+                self._rr_send = (start + i + 1) % n
+                return link
+        return None
 
     def on_data(self, link: Link, payload: bytes) -> None:
         """A DATA message arrived in order; default: queue it for the application."""
@@ -130,14 +135,17 @@ class SocketCore:
 
     def choose_recv(self) -> Received | None:
         """The next message for the application; default: fair round robin over links."""
-        links = [lk for lk in self.links.values() if lk.inq]
-        if not links:
-            return None
-        self._rr_recv = (self._rr_recv + 1) % len(links)
-        link = links[self._rr_recv]
-        payload = link.inq.popleft()
-        self.delivered_from(link)
-        return Received(payload, link.peer)
+        ring = self.link_ring()
+        n = len(ring)
+        start = self._rr_recv
+        for i in range(n):
+            link = ring[(start + i) % n]
+            if link.inq:
+                self._rr_recv = (start + i + 1) % n
+                payload = link.inq.popleft()
+                self.delivered_from(link)
+                return Received(payload, link.peer)
+        return None
 
     def pattern_can_send(self) -> bool:
         """Whether a send would find a link now (used for POLLOUT)."""
@@ -177,6 +185,12 @@ class SocketCore:
         flow = link.recv.on_delivered()
         if flow is not None and link.state is not State.CLOSED:
             self._send_flow(link, flow)
+
+    def link_ring(self) -> list[Link]:
+        """Every link, in a stable order (rebuilt only when links come and go)."""
+        if self._ring is None:
+            self._ring = list(self.links.values())
+        return self._ring
 
     def established_links(self) -> list[Link]:
         return [lk for lk in self.links.values() if lk.state is State.ESTABLISHED]
@@ -328,7 +342,7 @@ class SocketCore:
         if link.state is State.LINKING and t != m.LINKACK and not self._implicit_accept(link, msg):
             return
         if t == m.DATA or t >= m.PATTERN_MIN:
-            self._on_sequenced(link, msg)
+            self._on_sequenced(link, t, msg.seq, msg.payload)
         elif t == m.FLOW:
             link.send.on_flow(msg.flow_seq, msg.edge)
         elif t == m.LINKACK:
@@ -349,6 +363,7 @@ class SocketCore:
                     self.options.ordered)
         link.peer_tag_bytes = m.encoded_tag(peer[1])
         self.links[peer] = link
+        self._ring = None
         return link
 
     def _start_link(self, peer: PeerId) -> None:
@@ -507,10 +522,20 @@ class SocketCore:
 
     # ---------------------------------------------------------------- data path
 
-    def _on_sequenced(self, link: Link, msg: Message) -> None:
+    def on_sequenced_fast(self, node_id: str, src_tag: str, mtype: int, src_inc: int,
+                          dst_inc: int, seq: int, payload: bytes) -> bool:
+        """The common case without building a Message: a sequenced message on a link that is
+        established or unlinking. False sends it down the general path."""
+        link = self.links.get((node_id, src_tag))
+        if link is None or link.my_inc != dst_inc or link.state is State.LINKING:
+            return False
+        self._on_sequenced(link, mtype, seq, payload)
+        return True
+
+    def _on_sequenced(self, link: Link, mtype: int, seq: int, payload: bytes) -> None:
         if link.state is State.CLOSED:
             return
-        if msg.type == m.DATA:
+        if mtype == m.DATA:
             if not link.recv.on_arrival():
                 self.protocol_violation(link, "sent beyond its credits")
                 return
@@ -519,13 +544,12 @@ class SocketCore:
             if link.ctrl_pending > CTRL_ALLOWANCE:
                 self.protocol_violation(link, "too many control messages")
                 return
-        seq = msg.seq
         if not link.ordered:
             link.expected_seq = max(link.expected_seq, seq + 1)
-            self._process(link, msg.type, msg.payload)
+            self._process(link, mtype, payload)
             return
         if seq == link.expected_seq:
-            self._process(link, msg.type, msg.payload)
+            self._process(link, mtype, payload)
             link.expected_seq = seq + 1
             reorder = link.reorder
             while reorder and link.expected_seq in reorder:
@@ -533,7 +557,7 @@ class SocketCore:
                 self._process(link, t, p)
                 link.expected_seq += 1
         elif seq > link.expected_seq and seq not in link.reorder:
-            link.reorder[seq] = (msg.type, msg.payload)
+            link.reorder[seq] = (mtype, payload)
         else:
             self.protocol_violation(link, f"sequence number {seq} repeated")
             return
@@ -584,6 +608,7 @@ class SocketCore:
     def _forget(self, link: Link) -> None:
         if self.links.get(link.peer) is link:
             del self.links[link.peer]
+            self._ring = None
         for payload in link.inq:
             self.orphans.append(Received(payload, link.peer))
         link.inq.clear()
