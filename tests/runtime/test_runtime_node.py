@@ -55,12 +55,14 @@ def test_pushpull_20000_through_fault_relay_exactly_once_in_order() -> None:
 
 
 def test_ten_push_ten_pull_totals_exact() -> None:
-    nodes = [a3m.Node(f"n{i}") for i in range(4)]
+    """Four nodes; the pushers reach the pullers' nodes only through the fault relay."""
+    nodes = [a3m.Node(f"n{i}", **NET) for i in range(4)]
+    relay = FaultRelay({"n0": nodes[0].address, "n1": nodes[1].address}, loss=0.1, dup=0.05,
+                       reorder=0.1, seed=5)
     try:
-        for a in nodes:
-            for b in nodes:
-                if a is not b:
-                    a.associate(b.id, b.address)
+        for a in nodes[2:]:
+            a.associate("n0", relay.front("n0"))
+            a.associate("n1", relay.front("n1"))
         pulls = [nodes[i % 2].socket(a3m.PULL, f"pull{i}") for i in range(10)]
         pushes = [nodes[2 + i % 2].socket(a3m.PUSH, f"push{i}") for i in range(10)]
         for p in pushes:
@@ -103,9 +105,11 @@ def test_ten_push_ten_pull_totals_exact() -> None:
         assert sum(counts.values()) == 10 * per
         assert set(counts) == {b"%d:%d" % (k, i) for k in range(10) for i in range(per)}
         assert max(counts.values()) == 1
+        assert relay.stats.dropped > 0
     finally:
         for nd in nodes:
             nd.close(timeout=5)
+        relay.close()
 
 
 def test_many_threads_on_one_socket() -> None:

@@ -1,8 +1,8 @@
 """A fault-injecting UDP relay for tests, the demo and ``a3m chaos``.
 
 Real sockets, seeded faults. For each target node the relay opens a *front* address that
-others use instead of the target's own; for each client address it meets, a *back* socket
-that stands for that client toward the targets. Every datagram crossing the relay, either way,
+others use instead of the target's own; for each client address and target, a *back* socket
+that stands for that client toward that target. Every datagram crossing the relay, either way,
 may be lost, duplicated or held back (reordered) according to the probabilities given::
 
     relay = FaultRelay({"beta": beta.address}, loss=0.2, dup=0.1, reorder=0.2, seed=7)
@@ -56,7 +56,9 @@ class FaultRelay:
         self._lock = threading.Lock()
         self._fronts: dict[str, socket.socket] = {}
         self._front_target: dict[socket.socket, Addr] = {}
-        self._backs: dict[Addr, socket.socket] = {}  # client addr -> back socket
+        # (client addr, front) -> back socket: one per client and target, so that replies
+        # leave through the front the client used
+        self._backs: dict[tuple[Addr, socket.socket], socket.socket] = {}
         self._back_client: dict[socket.socket, tuple[Addr, socket.socket]] = {}
         self._held: list[tuple[float, int, socket.socket, bytes, Addr]] = []
         self._seq = 0
@@ -170,10 +172,10 @@ class FaultRelay:
             self.stats.received += 1
             target = self._front_target.get(s)
             if target is not None:  # client -> target, via the client's back socket
-                back = self._backs.get(src)
+                back = self._backs.get((src, s))
                 if back is None:
                     with self._lock:
-                        back = self._backs[src] = self._socket()
+                        back = self._backs[(src, s)] = self._socket()
                         self._back_client[back] = (src, s)
                 self._forward(back, data, target, now)
             else:  # target -> client, out of the front the client used
