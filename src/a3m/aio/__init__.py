@@ -120,6 +120,12 @@ class Socket:
     def links(self) -> list[SocketId]:
         return self.sync.links
 
+    def subscribe(self, topic: bytes | str) -> None:
+        self.sync.subscribe(topic)
+
+    def unsubscribe(self, topic: bytes | str) -> None:
+        self.sync.unsubscribe(topic)
+
     def get_option(self, name: str) -> Any:
         return self.sync.get_option(name)
 

@@ -1,16 +1,36 @@
 """Socket patterns, each built only on the public extension points of
-:class:`a3m.core.socket_core.SocketCore` (the same ones a user's custom socket kind uses)."""
+:class:`a3m.core.socket_core.SocketCore` (the same ones a user's custom socket kind uses).
+
+Compatibility (checked at link time; anything else is refused as fatal):
+PAIR-PAIR, PUSH-PULL, REQ-REP, PUB-SUB, DEALER-ROUTER, DEALER-DEALER, ROUTER-ROUTER,
+SURVEYOR-RESPONDENT, BUS-BUS.
+"""
 
 from __future__ import annotations
 
 from a3m.core.socket_core import SocketCore
+from a3m.patterns.bus import Bus
 from a3m.patterns.pair import Pair
 from a3m.patterns.pipeline import Pull, Push
+from a3m.patterns.pubsub import Pub, Sub
+from a3m.patterns.reqrep import Rep, Req
+from a3m.patterns.router import Dealer, Router
+from a3m.patterns.survey import Respondent, Surveyor
 
 BUILTIN: dict[str, type[SocketCore]] = {
     "PAIR": Pair,
     "PUSH": Push,
     "PULL": Pull,
+    "REQ": Req,
+    "REP": Rep,
+    "PUB": Pub,
+    "SUB": Sub,
+    "DEALER": Dealer,
+    "ROUTER": Router,
+    "SURVEYOR": Surveyor,
+    "RESPONDENT": Respondent,
+    "BUS": Bus,
 }
 
-__all__ = ["BUILTIN", "Pair", "Pull", "Push"]
+__all__ = ["BUILTIN", "Bus", "Dealer", "Pair", "Pub", "Pull", "Push", "Rep", "Req",
+           "Respondent", "Router", "Sub", "Surveyor"]

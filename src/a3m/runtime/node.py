@@ -306,6 +306,7 @@ class Socket:
         with drv.cond:
             while True:
                 self._check_open()
+                core.node.now = time.monotonic()
                 if core.try_send(payload, **kw):
                     self.node._after_call()
                     return
@@ -326,6 +327,7 @@ class Socket:
         core = self._core
         with drv.cond:
             while True:
+                core.node.now = time.monotonic()
                 got = core.try_recv()
                 if got is not None:
                     self.node._after_call()
@@ -341,6 +343,22 @@ class Socket:
     def recv(self, timeout: float | None = None) -> bytes:
         """The next message's payload."""
         return self.recv_msg(timeout).payload
+
+    def subscribe(self, topic: bytes | str) -> None:
+        """SUB: receive messages whose topic starts with ``topic`` (b"" = everything)."""
+        self._pattern_call("subscribe", topic)
+
+    def unsubscribe(self, topic: bytes | str) -> None:
+        self._pattern_call("unsubscribe", topic)
+
+    def _pattern_call(self, name: str, *args: Any) -> None:
+        method = getattr(self._core, name, None)
+        if method is None:
+            raise UsageError(f"a {self.kind} socket has no {name}()")
+        with self.node._driver.lock:
+            self._check_open()
+            method(*args)
+            self.node._after_call()
 
     @property
     def readable(self) -> bool:

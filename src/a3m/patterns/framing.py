@@ -1,0 +1,46 @@
+"""Small payload framings shared by patterns: a request/survey id, a topic."""
+
+from __future__ import annotations
+
+import struct
+
+from a3m.core.link import Link
+from a3m.core.socket_core import SocketCore
+
+ID = struct.Struct(">I")
+TOPIC_LEN = struct.Struct(">H")
+
+
+def with_id(ident: int, body: bytes) -> bytes:
+    return ID.pack(ident & 0xFFFFFFFF) + body
+
+
+def split_id(payload: bytes) -> tuple[int, bytes] | None:
+    if len(payload) < ID.size:
+        return None
+    return ID.unpack_from(payload)[0], payload[ID.size:]
+
+
+def with_topic(topic: bytes, body: bytes) -> bytes:
+    if len(topic) > 0xFFFF:
+        raise ValueError("topic longer than 65535 bytes")
+    return TOPIC_LEN.pack(len(topic)) + topic + body
+
+
+def split_topic(payload: bytes) -> tuple[bytes, bytes] | None:
+    if len(payload) < TOPIC_LEN.size:
+        return None
+    (n,) = TOPIC_LEN.unpack_from(payload)
+    if len(payload) < 2 + n:
+        return None
+    return payload[2:2 + n], payload[2 + n:]
+
+
+def send_to_all(sock: SocketCore, links: list[Link], payload: bytes) -> bool:
+    """Synchronised fan-out: send to every link in ``links`` or, if one of them has no credit,
+    to none (the slowest peer sets the pace: under exactly-once nothing may be dropped)."""
+    if any(not lk.can_send for lk in links):
+        return False
+    for lk in links:
+        sock.send_on(lk, payload)
+    return True

@@ -1,0 +1,119 @@
+"""PUB / SUB with topic-prefix subscriptions and synchronised publishing.
+
+A SUB's subscriptions travel in its link metadata (so a publisher knows them from the first
+message: no "slow joiner") and afterwards as SUBSCRIBE / UNSUBSCRIBE control messages on every
+link. A PUB sends each message once to every link with a matching prefix (overlapping
+subscriptions still give one copy) and only when all of them have a credit: the slowest
+subscriber sets the pace, nothing is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a3m.core.link import Link
+from a3m.core.message import Metadata
+from a3m.core.socket_core import Received, SocketCore
+from a3m.errors import UsageError
+from a3m.patterns.framing import send_to_all, split_topic, with_topic
+
+SUBSCRIBE = 0x40
+UNSUBSCRIBE = 0x41
+SUBS_RESET = 0x42  # the whole subscription set, replacing the publisher's view
+
+
+def _encode_subs(subs: set[bytes]) -> bytes:
+    return b"".join(with_topic(t, b"") for t in sorted(subs))
+
+
+def _decode_subs(raw: bytes) -> set[bytes]:
+    out: set[bytes] = set()
+    while raw:
+        got = split_topic(raw)
+        if got is None:
+            break
+        topic, raw = got
+        out.add(topic)
+    return out
+
+
+def _matches(topic: bytes, subs: set[bytes]) -> bool:
+    return any(topic.startswith(s) for s in subs)
+
+
+class Pub(SocketCore):
+    kind = "PUB"
+    peers = frozenset({"SUB"})
+    receives = False
+
+    def on_link_added(self, link: Link) -> None:
+        raw = (link.peer_meta or {}).get("subs", b"")
+        link.attrs["subs"] = _decode_subs(raw if isinstance(raw, bytes) else b"")
+
+    def on_control(self, link: Link, mtype: int, payload: bytes) -> None:
+        subs: set[bytes] = link.attrs.setdefault("subs", set())  # type: ignore[assignment]
+        if mtype == SUBSCRIBE:
+            subs.add(payload)
+        elif mtype == UNSUBSCRIBE:
+            subs.discard(payload)
+        elif mtype == SUBS_RESET:
+            link.attrs["subs"] = _decode_subs(payload)
+        else:
+            super().on_control(link, mtype, payload)
+
+    def _targets(self, topic: bytes) -> list[Link]:
+        return [lk for lk in self.established_links()
+                if _matches(topic, lk.attrs.get("subs", set()))]  # type: ignore[arg-type]
+
+    def pattern_send(self, payload: bytes, topic: bytes | str = b"", **kw: Any) -> bool:
+        t = topic.encode() if isinstance(topic, str) else bytes(topic)
+        return send_to_all(self, self._targets(t), with_topic(t, payload))
+
+    def pattern_can_send(self) -> bool:
+        return all(lk.can_send for lk in self.established_links())
+
+
+class Sub(SocketCore):
+    kind = "SUB"
+    peers = frozenset({"PUB"})
+    sends = False
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        self.subscriptions: set[bytes] = set()
+        super().__init__(*args, **options)
+
+    def link_metadata(self) -> Metadata:
+        return {"subs": _encode_subs(self.subscriptions)}
+
+    def subscribe(self, topic: bytes | str) -> None:
+        t = topic.encode() if isinstance(topic, str) else bytes(topic)
+        if t in self.subscriptions:
+            return
+        self.subscriptions.add(t)
+        for lk in self.established_links():
+            self.send_on(lk, t, SUBSCRIBE)
+
+    def unsubscribe(self, topic: bytes | str) -> None:
+        t = topic.encode() if isinstance(topic, str) else bytes(topic)
+        if t not in self.subscriptions:
+            raise UsageError(f"not subscribed to {t!r}")
+        self.subscriptions.discard(t)
+        for lk in self.established_links():
+            self.send_on(lk, t, UNSUBSCRIBE)
+
+    def on_link_added(self, link: Link) -> None:
+        # The metadata may predate changes made while the handshake ran: replace the
+        # publisher's view with the current set.
+        self.send_on(link, _encode_subs(self.subscriptions), SUBS_RESET)
+
+    def choose_recv(self) -> Received | None:
+        while True:
+            got = super().choose_recv()
+            if got is None:
+                return None
+            framed = split_topic(got.payload)
+            if framed is None:
+                continue
+            topic, body = framed
+            if _matches(topic, self.subscriptions):  # unsubscribed while it was in flight
+                return Received(body, got.source, topic)

@@ -1,0 +1,129 @@
+"""REQ / REP: one outstanding request per REQ; REP answers in order, strictly alternating.
+
+Each request carries an id (u32 before the body) that the reply echoes. A REQ whose link closes
+while its request is unanswered gets a :class:`~a3m.errors.LinkError` from ``recv`` instead of
+a hang; misuse (a second request before the reply, a reply without a request) raises
+:class:`~a3m.errors.UsageError` at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from a3m.core.link import Link
+from a3m.core.socket_core import Received, SocketCore
+from a3m.errors import LinkError, UsageError
+from a3m.patterns.framing import split_id, with_id
+
+
+class Req(SocketCore):
+    kind = "REQ"
+    peers = frozenset({"REP"})
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._next_id = self.rng.randrange(1 << 32)
+        self._outstanding: tuple[Link, int] | None = None
+        self._reply: Received | None = None
+        self._failed: str | None = None
+
+    def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+        if self._outstanding is not None or self._reply is not None:
+            raise UsageError("REQ: a request is outstanding; receive its reply first")
+        link = self.choose_send_link(payload)
+        if link is None:
+            return False
+        self._next_id = (self._next_id + 1) & 0xFFFFFFFF
+        self._outstanding = (link, self._next_id)
+        self._failed = None
+        self.send_on(link, with_id(self._next_id, payload))
+        return True
+
+    def pattern_can_send(self) -> bool:
+        return self._outstanding is None and super().pattern_can_send()
+
+    def on_data(self, link: Link, payload: bytes) -> None:
+        framed = split_id(payload)
+        out = self._outstanding
+        self.delivered_from(link)  # replies never wait in a queue: credits return at once
+        if framed is None or out is None or out[0] is not link or framed[0] != out[1]:
+            self.protocol_violation(link, "a reply to no outstanding request")
+            return
+        self._reply = Received(framed[1], link.peer)
+        self._outstanding = None
+
+    def on_link_removed(self, link: Link) -> None:
+        if self._outstanding is not None and self._outstanding[0] is link:
+            self._outstanding = None
+            self._failed = (f"the REP peer {link.peer[0]}/{link.peer[1]} went away with the "
+                            "request unanswered")
+
+    def choose_recv(self) -> Received | None:
+        if self._reply is not None:
+            reply, self._reply = self._reply, None
+            return reply
+        if self._failed is not None:
+            why, self._failed = self._failed, None
+            raise LinkError(why)
+        if self._outstanding is None:
+            raise UsageError("REQ: no request outstanding; send one first")
+        return None
+
+    @property
+    def readable(self) -> bool:
+        return self._reply is not None or self._failed is not None
+
+
+class Rep(SocketCore):
+    kind = "REP"
+    peers = frozenset({"REQ"})
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._requests: deque[tuple[Link, int, bytes]] = deque()
+        self._owed: tuple[Link, int] | None = None
+
+    def on_data(self, link: Link, payload: bytes) -> None:
+        framed = split_id(payload)
+        if framed is None:
+            self.protocol_violation(link, "a request without an id")
+            return
+        self._requests.append((link, framed[0], framed[1]))
+
+    def on_link_removed(self, link: Link) -> None:
+        # Requests from a peer that went away can no longer be answered: forget them.
+        self._requests = deque(r for r in self._requests if r[0] is not link)
+        if self._owed is not None and self._owed[0] is link:
+            self._owed = None
+
+    def choose_recv(self) -> Received | None:
+        if self._owed is not None:
+            raise UsageError("REP: reply to the last request before receiving the next")
+        while self._requests:
+            link, ident, body = self._requests.popleft()
+            self.delivered_from(link)
+            if link.established:
+                self._owed = (link, ident)
+                return Received(body, link.peer)
+        return None
+
+    @property
+    def readable(self) -> bool:
+        return self._owed is None and bool(self._requests)
+
+    def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+        if self._owed is None:
+            raise UsageError("REP: no request to reply to; receive one first")
+        link, ident = self._owed
+        if not link.established:
+            self._owed = None
+            raise LinkError("REP: the requester went away; the reply cannot be delivered")
+        if not link.can_send:
+            return False  # bounded: the reply waits for a credit
+        self._owed = None
+        self.send_on(link, with_id(ident, payload))
+        return True
+
+    def pattern_can_send(self) -> bool:
+        return self._owed is not None and self._owed[0].can_send

@@ -1,0 +1,117 @@
+"""SURVEYOR / RESPONDENT: a survey goes to every respondent; answers are collected until the
+survey's deadline (option ``survey_time_s``); answers to an older survey are dropped."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from a3m.core.link import Link
+from a3m.core.socket_core import Received, SocketCore
+from a3m.errors import Timeout, UsageError
+from a3m.patterns.framing import send_to_all, split_id, with_id
+
+
+class Surveyor(SocketCore):
+    kind = "SURVEYOR"
+    peers = frozenset({"RESPONDENT"})
+
+    def __init__(self, *args: Any, survey_time_s: float = 1.0, **options: Any) -> None:
+        self.survey_time_s = survey_time_s
+        super().__init__(*args, **options)
+        self._survey = self.rng.randrange(1 << 32)
+        self._deadline: float | None = None
+        self._answers: deque[Received] = deque()
+
+    def extra_options(self) -> dict[str, Any]:
+        return {"survey_time_s": self.survey_time_s}
+
+    def set_pattern_option(self, name: str, value: Any) -> None:
+        if name != "survey_time_s" or not isinstance(value, (int, float)) or value <= 0:
+            super().set_pattern_option(name, value)
+        self.survey_time_s = float(value)
+
+    def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+        links = self.established_links()
+        survey = (self._survey + 1) & 0xFFFFFFFF
+        if not send_to_all(self, links, with_id(survey, payload)):
+            return False
+        self._survey = survey
+        self._answers.clear()
+        self._deadline = self.node.now + self.survey_time_s
+        return True
+
+    def pattern_can_send(self) -> bool:
+        return all(lk.can_send for lk in self.established_links())
+
+    def on_data(self, link: Link, payload: bytes) -> None:
+        self.delivered_from(link)
+        framed = split_id(payload)
+        if framed is not None and framed[0] == self._survey and self._deadline is not None:
+            self._answers.append(Received(framed[1], link.peer))
+
+    def choose_recv(self) -> Received | None:
+        if self._answers:
+            return self._answers.popleft()
+        if self._deadline is None:
+            raise UsageError("SURVEYOR: no survey under way; send one first")
+        if self.node.now >= self._deadline:
+            self._deadline = None
+            raise Timeout("SURVEYOR: the survey's deadline passed")
+        return None
+
+    @property
+    def readable(self) -> bool:
+        return bool(self._answers)
+
+    def next_timer(self) -> float | None:
+        base = super().next_timer()
+        if self._deadline is None:
+            return base
+        return self._deadline if base is None else min(base, self._deadline)
+
+
+class Respondent(SocketCore):
+    kind = "RESPONDENT"
+    peers = frozenset({"SURVEYOR"})
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._surveys: deque[tuple[Link, int, bytes]] = deque()
+        self._owed: tuple[Link, int] | None = None
+
+    def on_data(self, link: Link, payload: bytes) -> None:
+        framed = split_id(payload)
+        if framed is None:
+            self.protocol_violation(link, "a survey without an id")
+            return
+        self._surveys.append((link, framed[0], framed[1]))
+
+    def choose_recv(self) -> Received | None:
+        while self._surveys:
+            link, ident, body = self._surveys.popleft()
+            self.delivered_from(link)
+            if link.established:
+                self._owed = (link, ident)
+                return Received(body, link.peer)
+        return None
+
+    @property
+    def readable(self) -> bool:
+        return bool(self._surveys)
+
+    def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+        if self._owed is None:
+            raise UsageError("RESPONDENT: no survey to answer; receive one first")
+        link, ident = self._owed
+        if not link.established:
+            self._owed = None
+            return True  # the surveyor went away: nobody is waiting for this answer
+        if not link.can_send:
+            return False
+        self._owed = None
+        self.send_on(link, with_id(ident, payload))
+        return True
+
+    def pattern_can_send(self) -> bool:
+        return self._owed is not None and self._owed[0].can_send
