@@ -53,8 +53,9 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
     progress(f"{name}: A3M, {messages} x {size} B")
     rx, tx = run_pair(wl.receiver, wl.sender, params)
     result: dict[str, Any] = {"workload": name, "size": size, "messages": messages}
-    if wl.metric == "latency":
-        result.update({k: rx[k] for k in ("p50_us", "p99_us", "round_trips")})
+    if wl.metric == "latency":  # the client (sender role) measured the round trips
+        result.update({k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "max_us",
+                                          "round_trips")})
     else:
         result["msgs_per_s"] = round(rx["msgs_per_s"], 1)
         result["received"] = rx["received"]
@@ -70,12 +71,12 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
             n = messages if bname != "pynng" else min(messages, 50_000)  # NNG is ~20 k msg/s
             progress(f"{name}: baseline {bname}, {n} x {size} B")
             try:
-                r, _ = run_pair(brx, btx, {"messages": n, "size": size})
+                r, t = run_pair(brx, btx, {"messages": n, "size": size})
             except WorkerFailed as exc:
                 base[bname] = {"error": str(exc)}
                 continue
             if wl.metric == "latency":
-                base[bname] = {k: r[k] for k in ("p50_us", "p99_us")}
+                base[bname] = {k: t[k] for k in ("p50_us", "p99_us")}
             else:
                 entry: dict[str, Any] = {"msgs_per_s": round(r["msgs_per_s"], 1)}
                 if "lost" in r:
@@ -84,6 +85,8 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
     result["baselines"] = base
     if wl.metric != "latency" and "raw_udp" in base and base["raw_udp"].get("msgs_per_s"):
         result["vs_raw_udp"] = round(result["msgs_per_s"] / base["raw_udp"]["msgs_per_s"], 3)
+    if wl.metric == "latency" and base.get("pyzmq", {}).get("p50_us"):
+        result["p50_vs_pyzmq"] = round(result["p50_us"] / base["pyzmq"]["p50_us"], 3)
     result["elapsed_s"] = round(time.perf_counter() - t0, 2)
     result["machine"] = machine()
     return result
@@ -103,5 +106,25 @@ def _pushpull() -> None:
                       baselines=THROUGHPUT_BASELINES))
 
 
+def _reqrep() -> None:
+    from a3m.benchmarks import reqrep as rr
+
+    register(Workload("reqrep", rr.a3m_server, rr.a3m_client, metric="latency", baselines=(
+        ("raw_udp", "socket", rr.udp_server, rr.udp_client),
+        ("pyzmq", "zmq", rr.zmq_server, rr.zmq_client),
+        ("pynng", "pynng", rr.nng_server, rr.nng_client))))
+
+
+def _pubsub() -> None:
+    from a3m.benchmarks import pubsub as ps
+
+    register(Workload("pubsub", ps.a3m_sub, ps.a3m_pub, baselines=(
+        ("raw_udp", "socket", peers.udp_receiver, peers.udp_sender),
+        ("pyzmq", "zmq", ps.zmq_sub, ps.zmq_pub),
+        ("pynng", "pynng", ps.nng_sub, ps.nng_pub))))
+
+
 _transport()
 _pushpull()
+_reqrep()
+_pubsub()

@@ -79,6 +79,7 @@ class Driver:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._sleeping = False
+        self._sleep_until = 0.0
         self._running = True
         self.io_errors = 0
         self.loop_errors = 0
@@ -98,6 +99,29 @@ class Driver:
                 os.write(self._wake_w, b"\0")
             except BlockingIOError:
                 pass
+
+    def flush(self) -> None:
+        """Under the lock: send what the protocol has now, from the calling thread, when the
+        I/O thread sleeps (a lone request leaves at once instead of after a thread hand-off;
+        under load the I/O thread is awake and batches instead). Wakes the I/O thread only
+        if the protocol now has an earlier deadline than the one it sleeps until."""
+        if not self._sleeping:
+            return
+        proto = self.proto
+        now = time.monotonic()
+        sock = self._sock
+        for data, addr in proto.datagrams_to_send(now):
+            try:
+                sock.sendto(data, addr)
+            except OSError:
+                self.io_errors += 1
+        deadline = proto.next_timer()
+        if self._upper_timer is not None:
+            upper = self._upper_timer()
+            if upper is not None and (deadline is None or upper < deadline):
+                deadline = upper
+        if deadline is not None and deadline < self._sleep_until:
+            self.wake()
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; peers learn it from our next datagrams."""
@@ -158,6 +182,7 @@ class Driver:
                 else:
                     timeout = max(0.0, deadline - time.monotonic())
                 self._sleeping = True
+                self._sleep_until = time.monotonic() + min(timeout, 1.0)
                 sock = self._sock
             if timeout > 0:
                 try:

@@ -135,7 +135,7 @@ class Endpoint:
                     drv.wake()
                     drv.cond.wait(left)
                     continue
-                drv.wake()
+                drv.flush()
                 return rid
 
     def recv(self, timeout: float | None = None) -> tuple[str, bytes]:

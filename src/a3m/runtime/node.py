@@ -225,7 +225,7 @@ class Node:
     def _after_call(self) -> None:
         """Under the lock, after an application call changed the core."""
         self._pump(time.monotonic())
-        self._driver.wake()
+        self._driver.flush()
         self._driver.cond.notify_all()
         for fn in self._listeners:
             fn()

@@ -1,0 +1,192 @@
+"""Request/reply round trips: A3M REQ/REP, raw UDP ping-pong, pyzmq and pynng REQ/REP.
+
+The server plays the "receiver" role (it starts first), the client measures each round trip.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from typing import Any
+
+SEQ = struct.Struct(">Q")
+MAX_ROUND_TRIPS = 20_000
+
+
+def _n(messages: int) -> int:
+    return min(messages, MAX_ROUND_TRIPS)
+
+
+def latency_report(samples: list[float], **extra: Any) -> dict[str, Any]:
+    samples = sorted(samples)
+    n = len(samples)
+
+    def pct(p: float) -> float:
+        return round(samples[min(n - 1, int(p * n))] * 1e6, 1) if n else 0.0
+
+    return {"side": "sender", "round_trips": n, "p50_us": pct(0.5), "p90_us": pct(0.9),
+            "p99_us": pct(0.99), "max_us": pct(1.0), **extra}
+
+
+# ------------------------------------------------------------------ A3M
+
+def a3m_server(ready: Any, results: Any, messages: int, size: int, check: bool = False,
+               **_: Any) -> None:
+    import a3m
+
+    try:
+        net = {"loopback_datagram_size": 0} if check else {}
+        with a3m.Node("bench-rep", **net) as node:
+            rep = node.socket(a3m.REP, "rep")
+            ready.put(node.address)
+            seen: dict[int, int] = {}
+            for _ in range(_n(messages)):
+                q = rep.recv(timeout=600)
+                if check:
+                    k = SEQ.unpack_from(q)[0]
+                    seen[k] = seen.get(k, 0) + 1
+                rep.send(q, timeout=60)
+            extra = 0
+            if check:  # a duplicate request would show up now
+                try:
+                    while True:
+                        rep.recv(timeout=0.5)
+                        extra += 1
+                except a3m.Timeout:
+                    pass
+            time.sleep(0.2)
+        results.put({"side": "receiver", "served": _n(messages) + extra,
+                     "duplicates": sum(c - 1 for c in seen.values() if c > 1) + extra,
+                     "distinct": len(seen)})
+    except Exception as exc:
+        results.put({"side": "receiver", "error": repr(exc)})
+
+
+def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool = False,
+               **_: Any) -> None:
+    import a3m
+
+    try:
+        net = {"loopback_datagram_size": 0} if check else {}
+        with a3m.Node("bench-req", **net) as node:
+            node.associate("bench-rep", tuple(address))
+            req = node.socket(a3m.REQ, "req")
+            req.link("bench-rep/rep")
+            if not req.wait_linked(timeout=30):
+                raise RuntimeError("could not link")
+            pad = b"q" * max(0, size - SEQ.size)
+            samples, wrong = [], 0
+            for i in range(_n(messages)):
+                body = SEQ.pack(i) + pad
+                t0 = time.perf_counter()
+                req.send(body, timeout=60)
+                answer = req.recv(timeout=60)
+                samples.append(time.perf_counter() - t0)
+                wrong += answer != body
+            req.close(timeout=10)
+        results.put(latency_report(samples, wrong_answers=wrong, sent=len(samples)))
+    except Exception as exc:
+        results.put({"side": "sender", "error": repr(exc)})
+
+
+# ------------------------------------------------------------------ raw UDP
+
+def udp_server(ready: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    ready.put(s.getsockname())
+    s.settimeout(10)
+    served = 0
+    try:
+        for _ in range(_n(messages)):
+            data, addr = s.recvfrom(65536)
+            s.sendto(data, addr)
+            served += 1
+    except TimeoutError:
+        pass
+    s.close()
+    results.put({"side": "receiver", "served": served})
+
+
+def udp_client(address: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1.0)
+    addr = tuple(address)
+    payload = b"u" * size
+    samples = []
+    for _ in range(_n(messages)):
+        t0 = time.perf_counter()
+        s.sendto(payload, addr)
+        try:
+            s.recv(65536)
+        except TimeoutError:
+            continue  # a lost datagram: raw UDP has no recovery
+        samples.append(time.perf_counter() - t0)
+    s.close()
+    results.put(latency_report(samples))
+
+
+# ------------------------------------------------------------------ pyzmq, pynng
+
+def zmq_server(ready: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.REP)
+    port = s.bind_to_random_port("tcp://127.0.0.1")
+    ready.put(("127.0.0.1", port))
+    for _ in range(_n(messages)):
+        s.send(s.recv())
+    time.sleep(0.2)
+    s.close(linger=1000)
+    ctx.term()
+    results.put({"side": "receiver", "served": _n(messages)})
+
+
+def zmq_client(address: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.REQ)
+    s.connect(f"tcp://{address[0]}:{address[1]}")
+    payload = b"z" * size
+    samples = []
+    for _ in range(_n(messages)):
+        t0 = time.perf_counter()
+        s.send(payload)
+        s.recv()
+        samples.append(time.perf_counter() - t0)
+    s.close(linger=0)
+    ctx.term()
+    results.put(latency_report(samples))
+
+
+def nng_server(ready: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+    import pynng
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    s = pynng.Rep0(listen=f"tcp://127.0.0.1:{port}")
+    ready.put(("127.0.0.1", port))
+    for _ in range(_n(messages)):
+        s.send(s.recv())
+    time.sleep(0.2)
+    s.close()
+    results.put({"side": "receiver", "served": _n(messages)})
+
+
+def nng_client(address: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+    import pynng
+
+    s = pynng.Req0(dial=f"tcp://{address[0]}:{address[1]}")
+    payload = b"n" * size
+    samples = []
+    for _ in range(_n(messages)):
+        t0 = time.perf_counter()
+        s.send(payload)
+        s.recv()
+        samples.append(time.perf_counter() - t0)
+    s.close()
+    results.put(latency_report(samples))
