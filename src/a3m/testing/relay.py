@@ -130,10 +130,11 @@ class FaultRelay:
                 self._send(out, data, dst)
 
     def _send(self, out: socket.socket, data: bytes, dst: Addr) -> None:
+        self.stats.forwarded += 1  # counted first: a fast receiver may look at once
         try:
             out.sendto(data, dst)
-            self.stats.forwarded += 1
         except OSError:
+            self.stats.forwarded -= 1
             self.stats.dropped += 1
 
     def _run(self) -> None:
