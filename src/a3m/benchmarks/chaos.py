@@ -33,11 +33,24 @@ def run_chaos(name: str, messages: int, loss: float, dup: float, reorder: float,
         for r in relays:
             r.close()
     relay_stats = relays[0].stats.as_dict() if relays else {}
+    if wl.metric == "latency":  # request/reply: the server audits requests, the client replies
+        answered = tx["round_trips"]
+        return {
+            "workload": name, "sent": tx["sent"], "delivered": rx["distinct"],
+            "answered": answered, "wrong_answers": tx["wrong_answers"],
+            "duplicates": rx["duplicates"], "lost": tx["sent"] - rx["distinct"],
+            "phantoms": tx["wrong_answers"],
+            "exactly_once": (rx["duplicates"] == 0 and rx["distinct"] == tx["sent"]
+                             and answered == tx["sent"] and tx["wrong_answers"] == 0),
+            "p50_us": tx["p50_us"], "p99_us": tx["p99_us"],
+            "loss": loss, "dup": dup, "reorder": reorder, "seed": seed, "relay": relay_stats,
+            "elapsed_s": round(time.perf_counter() - t0, 2), "machine": machine(),
+        }
     result: dict[str, Any] = {
         "workload": name, "sent": tx["sent"], "delivered": rx["received"],
         "distinct": rx["distinct"], "duplicates": rx["duplicates"], "lost": rx["lost"],
-        "phantoms": rx["phantoms"], "in_order": rx.get("in_order"), "exactly_once": (rx["duplicates"] == 0 and rx["lost"] == 0
-                                                     and rx["phantoms"] == 0),
+        "phantoms": rx["phantoms"], "in_order": rx.get("in_order"),
+        "exactly_once": rx["duplicates"] == 0 and rx["lost"] == 0 and rx["phantoms"] == 0,
         "loss": loss, "dup": dup, "reorder": reorder, "seed": seed,
         "relay": relay_stats,
         "retransmits": (tx.get("stats") or {}).get("retransmits"),

@@ -18,7 +18,9 @@ def _probability(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", choices=CHAOS_WORKLOADS)
-    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--messages", type=int, default=None,
+                   help="messages (default 20000; reqrep 1000: each lost datagram of a round "
+                        "trip costs a retransmission timeout)")
     p.add_argument("--loss", type=_probability, default=0.2)
     p.add_argument("--dup", type=_probability, default=0.1)
     p.add_argument("--reorder", type=_probability, default=0.2)
@@ -37,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     def progress(msg: str) -> None:
         print(f"[chaos] {msg}", file=sys.stderr, flush=True)
 
-    result = run_chaos(args.workload, args.messages, args.loss, args.dup, args.reorder,
+    messages = args.messages or (1000 if args.workload == "reqrep" else 20_000)
+    result = run_chaos(args.workload, messages, args.loss, args.dup, args.reorder,
                        seed=args.seed, progress=progress)
     if args.json:
         print(json.dumps(result))
@@ -47,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
         table = Table(title=f"a3m chaos {args.workload}")
         for key in ("sent", "delivered", "duplicates", "lost", "phantoms", "exactly_once",
-                    "retransmits", "elapsed_s"):
-            table.add_row(key, str(result[key]))
+                    "retransmits", "p50_us", "p99_us", "elapsed_s"):
+            if key in result:
+                table.add_row(key, str(result[key]))
         Console(stderr=True).print(table)
     return 0 if result["exactly_once"] else 1
