@@ -5,13 +5,28 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from random import Random
-from typing import Any
+from typing import Any, Protocol
 
 from a3m.core import message as m
 from a3m.core.socket_core import SocketCore
 from a3m.errors import ProtocolViolation, UsageError
 
 SocketFactory = Callable[..., SocketCore]
+
+
+class DeliveryObserver(Protocol):
+    """Told of every DATA message a socket puts on a link and every one it accepts in order.
+
+    A message's identity is ``(sender node, sender tag, sender link incarnation, seq)``: both
+    sides know it, so the two records join (the delivery journal uses this). Called on the
+    node's I/O path: keep it cheap and never raise.
+    """
+
+    def on_sent(self, tag: str, peer: tuple[str, str], inc: int, seq: int,
+                size: int) -> None: ...
+
+    def on_delivered(self, tag: str, peer: tuple[str, str], peer_inc: int, seq: int,
+                     size: int) -> None: ...
 
 
 class NodeCore:
@@ -37,6 +52,8 @@ class NodeCore:
         self._auto_tag = 0
         self._log = log
         self._draining = False
+        #: Set to a :class:`DeliveryObserver` to hear of every DATA message sent and accepted.
+        self.observer: DeliveryObserver | None = None
 
     # ------------------------------------------------------------------ registry
 

@@ -175,6 +175,9 @@ class SocketCore:
         if mtype == m.DATA:
             link.send.sent += 1
             self.stats["sent"] += 1
+            obs = self.node.observer
+            if obs is not None:
+                obs.on_sent(self.tag, link.peer, link.my_inc, seq, len(payload))
         self.node.emit(link.peer[0], m.encode_data(self.tag_bytes, link.peer_tag_bytes,
                                                    link.my_inc, link.peer_inc, seq, payload,
                                                    mtype))
@@ -546,15 +549,15 @@ class SocketCore:
                 return
         if not link.ordered:
             link.expected_seq = max(link.expected_seq, seq + 1)
-            self._process(link, mtype, payload)
+            self._process(link, mtype, payload, seq)
             return
         if seq == link.expected_seq:
-            self._process(link, mtype, payload)
+            self._process(link, mtype, payload, seq)
             link.expected_seq = seq + 1
             reorder = link.reorder
             while reorder and link.expected_seq in reorder:
                 t, p = reorder.pop(link.expected_seq)
-                self._process(link, t, p)
+                self._process(link, t, p, link.expected_seq)
                 link.expected_seq += 1
         elif seq > link.expected_seq and seq not in link.reorder:
             link.reorder[seq] = (mtype, payload)
@@ -564,10 +567,13 @@ class SocketCore:
         if link.state is State.UNLINKING:
             self._try_finish(link)
 
-    def _process(self, link: Link, mtype: int, payload: bytes) -> None:
+    def _process(self, link: Link, mtype: int, payload: bytes, seq: int) -> None:
         link.processed += 1
         if mtype == m.DATA:
             self.stats["received"] += 1
+            obs = self.node.observer
+            if obs is not None:
+                obs.on_delivered(self.tag, link.peer, link.peer_inc, seq, len(payload))
             self.on_data(link, payload)
         else:
             link.ctrl_pending -= 1

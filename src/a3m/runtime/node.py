@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from random import Random
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from a3m.core.link import REASONS
 from a3m.core.node_core import NodeCore
@@ -27,6 +27,9 @@ from a3m.exon.protocol import ExonProtocol
 from a3m.patterns import BUILTIN
 from a3m.runtime.driver import Driver
 from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
+
+if TYPE_CHECKING:
+    from a3m.journal import NodeJournal
 
 POLLIN = 1
 POLLOUT = 2
@@ -76,7 +79,8 @@ class Node:
 
     def __init__(self, node_id: str | None = None, bind: str | tuple[str, int] = "127.0.0.1:0",
                  *, clock_file: str | os.PathLike[str] | None = None, discovery: Any = None,
-                 seed: int | None = None, **options: Any) -> None:
+                 seed: int | None = None, journal: str | os.PathLike[str] | None = None,
+                 **options: Any) -> None:
         unknown = sorted(set(options) - _EXON_FIELDS)
         if unknown:
             raise UsageError(f"unknown node option(s): {', '.join(unknown)}")
@@ -89,6 +93,12 @@ class Node:
         self._core = NodeCore(self.id, Random(rng.random()))
         for name, cls in BUILTIN.items():
             self._core.register_type(name, cls)
+        self.journal: NodeJournal | None = None
+        if journal is not None:  # the delivery journal (SPEC 8), written by its own thread
+            from a3m.journal import NodeJournal
+
+            self.journal = NodeJournal(journal, self.id)
+            self._core.observer = self.journal
         self._outbox: deque[tuple[str, bytes]] = deque()
         self._sockets: dict[str, Socket] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -164,6 +174,9 @@ class Node:
                 drv.cond.wait(0.005)
         self._closed = True
         drv.stop()
+        if self.journal is not None:
+            self.journal.close(None if deadline is None else
+                               max(1.0, deadline - time.monotonic()))
         return clean
 
     def __enter__(self) -> Node:
