@@ -61,6 +61,7 @@ class SocketOptions:
     max_links: int = 0  # 0 = no limit
     retry_base_s: float = 0.05  # first retry after a non-fatal refusal (randomised, grows)
     retry_max_s: float = 5.0
+    reconnect: bool = True  # link again when the peer ends a link this socket initiated
 
 
 class SocketCore:
@@ -88,6 +89,7 @@ class SocketCore:
         self.refusals: dict[PeerId, int] = {}  # last refusal per peer (for wait_linked)
         self.retry_at: dict[PeerId, float] = {}
         self._retry_count: dict[PeerId, int] = {}
+        self._relink: set[PeerId] = set()  # peer-ended links to start again once closed
         self.closed = False
         self.violations = 0
         self.stats: dict[str, int] = {"sent": 0, "received": 0, "delivered": 0}
@@ -229,6 +231,7 @@ class SocketCore:
         """Unlink from ``peer`` without losing what is in flight either way."""
         self.retry_at.pop(peer, None)
         self._retry_count.pop(peer, None)
+        self._relink.discard(peer)
         link = self.links.get(peer)
         if link is None:
             return
@@ -511,6 +514,8 @@ class SocketCore:
         if link.state is State.ESTABLISHED:
             link.advance(Ev.UNLINK_PEER)
             self.on_link_removed(link)
+            if link.initiator and self.options.reconnect and not self.closed:
+                self._relink.add(link.peer)  # the peer went away: link again, as zmq does
         if not link.unlink_sent:
             link.unlink_sent = True
             self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
@@ -593,6 +598,8 @@ class SocketCore:
             if link.state is State.LINKING:
                 self._refused(link, NOT_FOUND, by_peer=True)  # may appear later: retry
             else:
+                if link.initiator and self.options.reconnect and not link.unlink_wanted:
+                    self._relink.add(peer)
                 self._abort(link)
         elif msg.code in (m.ERR_SOCKET_NOT_LINKED, m.ERR_PROTOCOL) and msg.dst_inc in (
                 0, link.my_inc):
@@ -619,6 +626,10 @@ class SocketCore:
             self.orphans.append(Received(payload, link.peer))
         link.inq.clear()
         link.reorder.clear()
+        if link.peer in self._relink:
+            self._relink.discard(link.peer)
+            if not self.closed:
+                self._schedule_retry(link.peer)
 
     def _emit(self, peer: PeerId, msg: Message) -> None:
         self.node.emit(peer[0], m.encode(msg))

@@ -147,6 +147,22 @@ class Node:
             return {"exon": self._proto.stats.as_dict(), "malformed": self._core.malformed,
                     "not_found": self._core.not_found, "outbox": len(self._outbox)}
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every message sent so far is acknowledged by the node it went to
+        (nothing left queued or in flight); False when the timeout passes first."""
+        deadline = _deadline(timeout)
+        drv = self._driver
+        with drv.cond:
+            while self._outbox or self._proto.in_flight() > 0:
+                self._check_open()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._pump(time.monotonic())
+                drv.wake()
+                drv.cond.wait(0.01 if left is None else min(left, 0.01))
+            return True
+
     def close(self, timeout: float | None = None) -> bool:
         """Close every socket (unlinking cleanly), deliver what is in flight, stop."""
         if self._closed:

@@ -47,8 +47,11 @@ def get_or_create(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    from a3m.spark import register
+
     active = SparkSession.getActiveSession()
     if active is not None:
+        register(active)
         return active
     builder = SparkSession.builder.appName(app_name)
     chosen = choose_master(master)
@@ -59,4 +62,5 @@ def get_or_create(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    register(spark)
     return spark

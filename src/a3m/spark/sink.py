@@ -1,0 +1,181 @@
+"""``df.writeStream.format("a3m")``: each row's ``payload`` sent to A3M sockets, a replayed
+batch never sent twice.
+
+Options (case-insensitive): ``peers`` (required, ``node/socket`` comma-separated),
+``addresses`` (``node=host:port`` comma-separated, or use ``discovery``: a file of
+``id,host,port`` lines), ``node`` (id prefix of the sending nodes, ``spark-out``), ``bind``
+(the host to bind; each Python worker takes its own port), ``type`` (``PUSH`` or ``PUB``; PUB
+reads a ``topic`` column), ``ledger`` (directory of the delivery ledger, default
+``<tmp>/a3m-sink/<node>``; on a cluster it must be shared by the executors), ``timeout``
+(seconds a task waits for links and for delivery, 60).
+
+Each task sends its rows, waits until the peers' nodes acknowledged every one
+(:meth:`a3m.Node.flush`), then writes a marker ``<batchId>/<partition>`` in the ledger. A task
+that finds its marker (the batch is replayed after a failure or a restart) sends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+
+KEEP_BATCHES = 100  # ledger markers kept behind the last committed batch
+
+_lock = threading.Lock()
+_nodes: dict[tuple[str, ...], tuple[Any, Any]] = {}
+
+
+def _opt(options: dict[str, str], name: str, default: str | None = None) -> str | None:
+    value = options.get(name.lower(), options.get(name))
+    return default if value is None else str(value)
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):  # type: ignore[misc]
+    batch_id: int
+    partition: int
+    sent: int
+    replayed: bool
+
+
+class Ledger:
+    """Markers of (batch, partition) pairs whose rows were all delivered."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.dir = Path(directory)
+
+    def path(self, batch_id: int, partition: int) -> Path:
+        return self.dir / f"{batch_id:012d}" / f"{partition:06d}.json"
+
+    def done(self, batch_id: int, partition: int) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = json.loads(self.path(batch_id, partition).read_text())
+            return result
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def mark(self, batch_id: int, partition: int, sent: int, complete: bool = True) -> None:
+        p = self.path(batch_id, partition)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.tmp")
+        with open(tmp, "w") as f:
+            json.dump({"sent": sent, "complete": complete}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+
+    def prune(self, below: int) -> None:
+        if not self.dir.exists():
+            return
+        for d in self.dir.iterdir():
+            if d.is_dir() and d.name.isdigit() and int(d.name) < below:
+                for f in d.iterdir():
+                    f.unlink(missing_ok=True)
+                d.rmdir()
+
+
+def _split(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+    def __init__(self, options: dict[str, str], schema: Any) -> None:
+        self.peers = _split(_opt(options, "peers"))
+        if not self.peers or any("/" not in p for p in self.peers):
+            raise ValueError('the a3m sink needs .option("peers", "node/socket,...")')
+        self.addresses: dict[str, tuple[str, int]] = {}
+        for item in _split(_opt(options, "addresses")):
+            nid, _, hp = item.partition("=")
+            host, _, port = hp.rpartition(":")
+            self.addresses[nid] = (host, int(port))
+        self.discovery = _opt(options, "discovery")
+        self.node = _opt(options, "node", "spark-out") or "spark-out"
+        self.host = (_opt(options, "bind", "127.0.0.1:0") or "127.0.0.1:0").rpartition(":")[0]
+        self.kind = (_opt(options, "type", "PUSH") or "PUSH").upper()
+        if self.kind not in ("PUSH", "PUB"):
+            raise ValueError("the a3m sink's type is PUSH or PUB")
+        self.ledger_dir = _opt(options, "ledger") or os.path.join(
+            tempfile.gettempdir(), "a3m-sink", self.node)
+        self.timeout = float(_opt(options, "timeout", "60") or 60)
+        names = schema.fieldNames() if schema is not None else []
+        if "payload" not in names:
+            raise ValueError("the a3m sink sends a 'payload' column (binary or string)")
+        if self.kind == "PUB" and "topic" not in names:
+            raise ValueError("an a3m PUB sink needs a 'topic' column")
+
+    def _socket(self) -> tuple[Any, Any]:
+        """This Python worker's node and socket, linked to every peer (made once, kept)."""
+        import a3m
+
+        key = (self.node, self.host, self.kind, *self.peers)
+        with _lock:
+            got = _nodes.get(key)
+            if got is not None:
+                return got
+            node = a3m.Node(f"{self.node}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                            bind=f"{self.host}:0", discovery=self.discovery)
+            for nid, addr in self.addresses.items():
+                node.associate(nid, addr)
+            sock = node.socket(a3m.PUB if self.kind == "PUB" else a3m.PUSH, "sink")
+            for peer in self.peers:
+                sock.link(peer)
+            for peer in self.peers:
+                if not sock.wait_linked(peer, timeout=self.timeout):
+                    node.close(timeout=1)
+                    raise RuntimeError(f"a3m sink: could not link with {peer} "
+                                       f"({sock.refusal(peer) or 'no answer'})")
+            _nodes[key] = (node, sock)
+            return node, sock
+
+    def write(self, iterator: Any) -> SinkCommit:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
+        partition = ctx.partitionId()
+        ledger = Ledger(self.ledger_dir)
+        mark = ledger.done(batch_id, partition)
+        if mark is not None and mark.get("complete", True):
+            return SinkCommit(batch_id, partition, 0, True)  # a replay: already delivered
+        skip = int(mark["sent"]) if mark else 0  # an earlier attempt delivered these first rows
+        # Take every row before sending any, so a failure upstream sends nothing.
+        rows = [r for r in iterator if r["payload"] is not None]
+        node, sock = self._socket()
+        sent = skip
+        try:
+            for row in rows[skip:]:
+                payload = row["payload"]
+                if isinstance(payload, str):
+                    payload = payload.encode()
+                if self.kind == "PUB":
+                    topic = row["topic"]
+                    sock.send(bytes(payload), timeout=self.timeout,
+                              topic=topic.encode() if isinstance(topic, str)
+                              else bytes(topic or b""))
+                else:
+                    sock.send(bytes(payload), timeout=self.timeout)
+                sent += 1
+            if not node.flush(timeout=self.timeout):
+                raise RuntimeError("a3m sink: peers did not acknowledge the batch in time")
+        except BaseException:
+            # What was handed to the node is delivered while this worker lives: record it so
+            # the task's retry sends only the rest.
+            node.flush(timeout=self.timeout)
+            ledger.mark(batch_id, partition, sent, complete=False)
+            raise
+        ledger.mark(batch_id, partition, sent)
+        return SinkCommit(batch_id, partition, sent - skip, False)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        Ledger(self.ledger_dir).prune(batchId - KEEP_BATCHES)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+        """Markers stay: the rows they cover were delivered and must not be sent again."""
