@@ -29,10 +29,3 @@ def test_chaos_transport_json_exactly_once() -> None:
     assert out["sent"] == out["delivered"] == 3000
     assert out["lost"] == out["duplicates"] == out["phantoms"] == 0
     assert out["relay"]["dropped"] > 0  # type: ignore[index]
-
-
-def test_demo_json() -> None:
-    out = run_cli("demo", "--producers", "2", "--readings", "2000", "--json")
-    assert out["sent"] == out["counted"] == 4000
-    assert out["lost"] == out["duplicates"] == 0
-    assert "report" in out

@@ -1,30 +1,217 @@
-"""``a3m demo``: producers send readings across a lossy, duplicating, reordering relay to a
-collector, which counts each reading; the count is then checked exactly-once.
+"""``a3m demo``: the main job (SPEC 8).
 
-(The Spark streaming pipeline of SPEC section 8 replaces the collector once it exists.)
+Several producer nodes send readings through the fault-injecting relay (loss, duplication,
+reordering) to the ``a3m`` Structured Streaming source; a Spark query aggregates them per
+producer and event-time window. Half-way the query is stopped and restarted from its
+checkpoint. Then the Spark audit job reads every node's delivery journal and the query's result
+is checked against what the producers sent: each reading counted exactly once.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import struct
+import shutil
+import socket
 import threading
 import time
-from collections import Counter
+from pathlib import Path
 from typing import Any
 
-READING = struct.Struct(">HIq")  # producer index, sequence number, value
+WINDOW = "1 second"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--producers", type=int, default=3)
-    p.add_argument("--readings", type=int, default=20_000, help="readings per producer")
+    p.add_argument("--producers", type=int, default=4)
+    p.add_argument("--readings", type=int, default=5000, help="readings per producer")
+    p.add_argument("--rate", type=float, default=500.0,
+                   help="readings per second per producer (0: as fast as possible)")
     p.add_argument("--loss", type=float, default=0.1)
     p.add_argument("--dup", type=float, default=0.05)
     p.add_argument("--reorder", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seed", type=int, default=7, help="the relay's random seed")
+    p.add_argument("--out", default="a3m-demo", help="working directory (default ./a3m-demo)")
+    p.add_argument("--master", default=None, help="Spark master (default $A3M_SPARK_MASTER "
+                                                  "or local[*])")
+    p.add_argument("--no-restart", action="store_true",
+                   help="do not stop and restart the query half-way")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Producers:
+    """Producer nodes, each sending its readings from a thread of its own."""
+
+    def __init__(self, n: int, readings: int, rate: float, collector: tuple[str, int],
+                 journal: Path) -> None:
+        import a3m
+
+        self.readings, self.rate = readings, rate
+        self.sent = [0] * n
+        self.errors: list[str] = []
+        self.nodes = [a3m.Node(f"producer-{i}", journal=journal, loopback_datagram_size=0)
+                      for i in range(n)]
+        self.sockets = []
+        for node in self.nodes:
+            node.associate("collector", collector)
+            push = node.socket(a3m.PUSH, "readings")
+            push.link("collector/readings")
+            self.sockets.append(push)
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                        for i in range(n)]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        push = self.sockets[i]
+        t0 = time.monotonic()
+        try:
+            for seq in range(self.readings):
+                if self.rate > 0:
+                    ahead = t0 + seq / self.rate - time.monotonic()
+                    if ahead > 0:
+                        time.sleep(ahead)
+                value = 20.0 + 5.0 * ((seq * 7919 + i * 104729) % 1000) / 1000.0
+                body = json.dumps({"seq": seq, "ts": time.time(), "value": value})
+                push.send(body.encode(), timeout=120)
+                self.sent[i] = seq + 1
+        except Exception as exc:  # reported in the result, never silently
+            self.errors.append(f"producer-{i}: {exc!r}")
+
+    @property
+    def total_sent(self) -> int:
+        return sum(self.sent)
+
+    def finish(self, timeout: float) -> None:
+        for t in self.threads:
+            t.join(timeout)
+        for node in self.nodes:
+            node.flush(timeout=timeout)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close(timeout=10)
+
+
+def _query(spark: Any, port: int, work: Path, results: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    raw = (spark.readStream.format("a3m").option("node", "collector")
+           .option("bind", f"127.0.0.1:{port}").option("socket", "readings")
+           .option("spool", str(work / "spool")).option("journal", str(work / "journals"))
+           .option("maxRowsPerBatch", "20000").load())
+    readings = raw.select(
+        F.col("node").alias("producer"),
+        F.from_json(F.col("payload").cast("string"),
+                    "seq long, ts double, value double").alias("r"),
+    ).select("producer", "r.seq", F.timestamp_seconds("r.ts").alias("event_time"), "r.value")
+    agg = readings.groupBy("producer", F.window("event_time", WINDOW)).agg(
+        F.count("*").alias("readings"), F.avg("value").alias("mean_value"),
+        F.collect_list("seq").alias("seqs"))
+
+    def publish(df: Any, batch_id: int) -> None:
+        # complete mode: every batch carries the whole result, so overwriting is idempotent
+        df.write.mode("overwrite").parquet(str(results))
+
+    return (agg.writeStream.outputMode("complete").foreachBatch(publish)
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(processingTime="1 second").start())
+
+
+def _counted(spark: Any, results: Path) -> int:
+    try:
+        row = spark.read.parquet(str(results)).agg({"readings": "sum"}).first()
+    except Exception:
+        return 0
+    return int(row[0] or 0) if row else 0
+
+
+def _check(spark: Any, results: Path, producers: int, sent: list[int]) -> dict[str, Any]:
+    """Each producer's counted sequence numbers against what it sent (exact, per reading)."""
+    from collections import Counter
+
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(str(results))
+    counts: dict[str, Counter[int]] = {}
+    for r in df.select("producer", F.explode("seqs").alias("seq")).toLocalIterator():
+        counts.setdefault(r["producer"], Counter())[r["seq"]] += 1
+    rows, lost, dups, phantoms = [], 0, 0, 0
+    for name in sorted(set(counts) | {f"producer-{i}" for i in range(producers)}):
+        c = counts.get(name, Counter())
+        n_sent = sent[int(name.rsplit("-", 1)[1])] if name.startswith("producer-") else 0
+        p_lost = sum(1 for s in range(n_sent) if s not in c)
+        p_dup = sum(v - 1 for v in c.values() if v > 1)
+        p_phantom = sum(1 for s in c if not 0 <= s < n_sent)
+        lost, dups, phantoms = lost + p_lost, dups + p_dup, phantoms + p_phantom
+        rows.append({"producer": name, "sent": n_sent, "counted_distinct": len(c),
+                     "duplicates": p_dup, "lost": p_lost, "phantoms": p_phantom})
+    windows = (df.groupBy("producer", F.col("window.start").alias("start"))
+               .agg(F.sum("readings").alias("n"), F.avg("mean_value").alias("mean"))
+               .orderBy("start").collect())
+    return {"producers": rows, "lost": lost, "duplicates": dups, "phantoms": phantoms,
+            "windows": [{"producer": w["producer"], "start": w["start"].timestamp(),
+                         "readings": int(w["n"]), "mean": float(w["mean"])} for w in windows]}
+
+
+def _demo_html(result: dict[str, Any], check: dict[str, Any], plot: Path) -> str:
+    import html
+
+    rows = "\n".join(
+        f"<tr><td>{html.escape(p['producer'])}</td><td>{p['sent']}</td>"
+        f"<td>{p['counted_distinct']}</td><td>{p['duplicates']}</td><td>{p['lost']}</td></tr>"
+        for p in check["producers"])
+    relay = result["relay"]
+    return f"""<h2>The demo's Spark query</h2>
+<p>{result['sent']} readings sent by {len(check['producers'])} producers through a relay that
+dropped {relay.get('dropped', 0)}, duplicated {relay.get('duplicated', 0)} and reordered
+{relay.get('reordered', 0)} datagrams; the query was restarted {result['restarts']} time(s)
+from its checkpoint. Spark counted {result['counted']}: lost {result['lost']}, duplicates
+{result['duplicates']}, phantoms {result['phantoms']}.</p>
+<table><tr><th>producer</th><th>sent</th><th>counted once</th><th>duplicates</th>
+<th>lost</th></tr>
+{rows}
+</table>
+<p><img src="{plot.parent.name}/{plot.name}" alt="readings per window"></p>
+"""
+
+
+def _windows_plot(check: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    wins = check["windows"]
+    t0 = min((w["start"] for w in wins), default=0.0)
+    starts = sorted({w["start"] for w in wins})
+    bottom = dict.fromkeys(starts, 0)
+    for p in sorted({w["producer"] for w in wins}):
+        mine = {w["start"]: w["readings"] for w in wins if w["producer"] == p}
+        heights = [mine.get(t, 0) for t in starts]
+        ax.bar([t - t0 for t in starts], heights, width=0.8, align="edge",
+               bottom=[bottom[t] for t in starts], label=p)
+        for t, h in zip(starts, heights, strict=True):
+            bottom[t] += h
+    ax.set_xlabel(f"window start (s, windows of {WINDOW})")
+    ax.set_ylabel("readings counted (stacked)")
+    ax.set_title("Readings per producer and window (Spark streaming query)")
+    ax.grid(True, alpha=0.3)
+    if wins:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,83 +219,120 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from a3m.exon import Endpoint
+    from a3m.spark import collector
+    from a3m.spark.audit import audit
+    from a3m.spark.report import write_report
+    from a3m.spark.session import get_or_create
     from a3m.testing.relay import FaultRelay
 
     console = Console(stderr=True)
+    work = Path(args.out).resolve()
+    for sub in ("journals", "spool", "checkpoint", "results", "report_files"):
+        shutil.rmtree(work / sub, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    results = work / "results"
     total = args.producers * args.readings
-    counts: Counter[tuple[int, int]] = Counter()
-    sums: Counter[int] = Counter()
-    t0 = time.perf_counter()
-    net = {"loopback_datagram_size": 0}  # the relay stands for a real network (1400 B MTU)
-    with Endpoint("collector", **net) as collector, FaultRelay(
-            {"collector": collector.address}, loss=args.loss, dup=args.dup,
-            reorder=args.reorder, seed=args.seed) as relay:
-        producers = [Endpoint(f"producer-{i}", **net) for i in range(args.producers)]
-        for ep in producers:
-            ep.associate("collector", relay.front("collector"))
+    t_start = time.monotonic()
 
-        def produce(i: int, ep: Any) -> None:
-            for seq in range(args.readings):
-                ep.send("collector", READING.pack(i, seq, seq % 97), timeout=60)
-
-        threads = [threading.Thread(target=produce, args=(i, ep), daemon=True)
-                   for i, ep in enumerate(producers)]
-        with Progress(TextColumn("{task.description}"), BarColumn(),
-                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+    console.print("[bold]a3m demo[/bold]: starting Spark ...")
+    spark = get_or_create(args.master, app_name="a3m-demo",
+                          conf={"spark.sql.shuffle.partitions": "2",
+                                "spark.ui.enabled": "false"})
+    spark_start_s = time.monotonic() - t_start
+    port = _free_udp_port()
+    restarts = 0
+    relay = FaultRelay({"collector": ("127.0.0.1", port)}, loss=args.loss, dup=args.dup,
+                       reorder=args.reorder, seed=args.seed)
+    producers: Producers | None = None
+    query = None
+    try:
+        t_q = time.monotonic()
+        query = _query(spark, port, work, results)
+        producers = Producers(args.producers, args.readings, args.rate,
+                              relay.front("collector"), work / "journals")
+        with Progress(TextColumn("{task.description:<22}"), BarColumn(),
+                      TextColumn("{task.completed:>7}/{task.total}"), TimeElapsedColumn(),
                       console=console, transient=args.json) as bar:
-            task = bar.add_task("readings counted", total=total)
-            for t in threads:
-                t.start()
-            received = 0
-            deadline = time.monotonic() + 300
-            while received < total and time.monotonic() < deadline:
-                try:
-                    batch = collector.recv_many(8192, timeout=1.0)
-                except Exception:
-                    continue
-                for _, payload in batch:
-                    i, seq, value = READING.unpack(payload)
-                    counts[(i, seq)] += 1
-                    sums[i] += value
-                received += len(batch)
-                bar.update(task, completed=received)
-            # a late duplicate would show up now
-            end = time.monotonic() + 0.5
-            while time.monotonic() < end:
-                try:
-                    for _, payload in collector.recv_many(8192, timeout=0.1):
-                        i, seq, _ = READING.unpack(payload)
-                        counts[(i, seq)] += 1
-                        received += 1
-                except Exception:
-                    pass
-        for t in threads:
-            t.join(timeout=10)
-        for ep in producers:
-            ep.close(timeout=10)
-        relay_stats = relay.stats.as_dict()
-    elapsed = time.perf_counter() - t0
-    duplicates = sum(c - 1 for c in counts.values() if c > 1)
-    lost = sum(1 for i in range(args.producers) for s in range(args.readings)
-               if (i, s) not in counts)
-    result = {"sent": total, "counted": received, "lost": lost, "duplicates": duplicates,
-              "exactly_once": lost == 0 and duplicates == 0 and received == total,
-              "producers": args.producers, "relay": relay_stats,
-              "elapsed_s": round(elapsed, 2), "report": None}
-    table = Table(title="a3m demo: readings through a faulty network")
-    table.add_column("producer")
-    table.add_column("readings", justify="right")
-    table.add_column("sum of values", justify="right")
-    for i in range(args.producers):
-        table.add_row(f"producer-{i}", str(sum(1 for (p, _) in counts if p == i)), str(sums[i]))
+            t_sent = bar.add_task("readings sent", total=total)
+            t_count = bar.add_task("counted by Spark", total=total)
+            producers.start()
+            deadline = time.monotonic() + 600
+            counted = 0
+            while time.monotonic() < deadline:
+                sent = producers.total_sent
+                counted = _counted(spark, results)
+                bar.update(t_sent, completed=sent)
+                bar.update(t_count, completed=counted)
+                if (not args.no_restart and restarts == 0 and sent >= total // 2
+                        and counted > 0):
+                    bar.console.log("stopping the query and restarting it from its "
+                                    "checkpoint (the producers keep sending)")
+                    query.stop()
+                    query = _query(spark, port, work, results)
+                    restarts += 1
+                if producers.errors or (sent >= total and counted >= total):
+                    break
+                if query.exception() is not None:
+                    raise RuntimeError(f"the Spark query failed: {query.exception()}")
+                time.sleep(0.5)
+            producers.finish(timeout=60)
+            query.processAllAvailable()
+            counted = _counted(spark, results)
+            bar.update(t_count, completed=counted)
+        query_s = time.monotonic() - t_q
+    finally:
+        if query is not None:
+            query.stop()
+        collector.stop(work / "spool")  # closes the node: its journal is flushed
+        if producers is not None:
+            producers.close()
+        relay.close()
+
+    console.print("auditing the journals with Spark ...")
+    t_a = time.monotonic()
+    summary = audit(spark, str(work / "journals"))
+    sent_per = producers.sent
+    check = _check(spark, results, args.producers, sent_per)
+    audit_s = time.monotonic() - t_a
+    result: dict[str, Any] = {
+        "sent": sum(sent_per), "counted": counted, "lost": check["lost"],
+        "duplicates": check["duplicates"], "phantoms": check["phantoms"],
+        "restarts": restarts, "relay": relay.stats.as_dict(),
+        "producer_errors": producers.errors,
+        "audit": {k: summary[k] for k in ("sent", "delivered", "lost", "duplicated",
+                                          "phantoms", "exactly_once", "latency_us")},
+    }
+    result["exactly_once"] = (summary["exactly_once"] and check["lost"] == 0
+                              and check["duplicates"] == 0 and check["phantoms"] == 0
+                              and counted == result["sent"] == total
+                              and not producers.errors)
+    plot = _windows_plot(check, work / "report_files" / "windows.png")
+    report = write_report(summary, work / "report.html",
+                          extra_html=_demo_html(result, check, plot),
+                          title="A3M demo")
+    result.update({"report": str(report), "spark_start_s": round(spark_start_s, 1),
+                   "query_s": round(query_s, 1), "audit_s": round(audit_s, 1),
+                   "elapsed_s": round(time.monotonic() - t_start, 1),
+                   "master": spark.sparkContext.master})
+
+    table = Table(title="a3m demo: readings through a faulty network into Spark")
+    for col in ("producer", "sent", "counted once", "duplicates", "lost"):
+        table.add_column(col, justify="right")
+    for p in check["producers"]:
+        table.add_row(p["producer"], str(p["sent"]), str(p["counted_distinct"]),
+                      str(p["duplicates"]), str(p["lost"]))
     console.print(table)
-    console.print(f"relay: dropped {relay_stats['dropped']}, duplicated "
-                  f"{relay_stats['duplicated']}, reordered {relay_stats['reordered']} datagrams")
-    verdict = "[green]exactly once[/green]" if result["exactly_once"] else "[red]FAILED[/red]"
-    console.print(f"sent {total}, counted {received}, lost {lost}, duplicates {duplicates}: "
-                  f"{verdict} in {elapsed:.1f} s")
+    rs = result["relay"]
+    console.print(f"relay: dropped {rs['dropped']}, duplicated {rs['duplicated']}, reordered "
+                  f"{rs['reordered']} datagrams; query restarted {restarts} time(s)")
+    console.print(f"audit of the journals: sent {summary['sent']}, delivered "
+                  f"{summary['delivered']}, lost {summary['lost']}, duplicated "
+                  f"{summary['duplicated']}, phantoms {summary['phantoms']}")
+    verdict = ("[green]each reading counted exactly once[/green]" if result["exactly_once"]
+               else "[red]NOT exactly once[/red]")
+    console.print(f"sent {result['sent']}, counted {counted}: {verdict}")
+    console.print(f"Spark: start {spark_start_s:.1f} s, query {query_s:.1f} s, audit "
+                  f"{audit_s:.1f} s; total {result['elapsed_s']} s. Report: {report}")
     if args.json:
         print(json.dumps(result))
     return 0 if result["exactly_once"] else 1
-

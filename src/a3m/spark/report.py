@@ -101,8 +101,10 @@ def _table(links: list[dict[str, Any]]) -> str:
     return "<table>\n" + "\n".join(rows) + "\n</table>"
 
 
-def write_report(summary: dict[str, Any], path: str | Path) -> Path:
-    """Write the HTML report and its PNGs; returns the page's path."""
+def write_report(summary: dict[str, Any], path: str | Path, extra_html: str = "",
+                 title: str = "A3M audit") -> Path:
+    """Write the HTML report and its PNGs; returns the page's path. ``extra_html`` goes
+    before the audit (the demo puts its query's results there)."""
     page = Path(path)
     page.parent.mkdir(parents=True, exist_ok=True)
     folder = page.parent / f"{page.stem}_files"
@@ -113,14 +115,16 @@ def write_report(summary: dict[str, Any], path: str | Path) -> Path:
         f'<p><img src="{folder.name}/{p.name}" alt="{p.stem}"></p>' for p in plots
     )
     body = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>A3M audit</title>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 2em; }}
 table {{ border-collapse: collapse; }}
 td, th {{ border: 1px solid #bbb; padding: 0.2em 0.6em; text-align: right; }}
 tr.bad td {{ background: #fdd; }}
 </style></head><body>
-<h1>A3M audit: {verdict}</h1>
+<h1>{html.escape(title)}: {verdict}</h1>
+{extra_html}
+<h2>Audit of the delivery journals</h2>
 <p>Journals: {html.escape(summary['dir'])} ({len(summary['nodes'])} nodes,
 {len(summary['links'])} links).<br>
 Sent {summary['sent']}, delivered {summary['delivered']}, lost {summary['lost']},

@@ -1,0 +1,31 @@
+"""``a3m demo --json`` end to end (its own Spark, in a subprocess): exactly once, a report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.spark
+def test_demo_json_counts_each_reading_once(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "a3m", "demo", "--producers", "2", "--readings", "1500",
+         "--rate", "1000", "--out", str(tmp_path / "demo"), "--master", "local[2]", "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stdout
+    out = json.loads(lines[0])
+    assert out["sent"] == out["counted"] == 3000
+    assert out["lost"] == out["duplicates"] == out["phantoms"] == 0
+    assert out["restarts"] == 1 and out["exactly_once"]
+    assert out["audit"]["delivered"] == 3000 and out["audit"]["exactly_once"]
+    assert out["relay"]["dropped"] > 0
+    report = Path(out["report"])
+    assert report.is_file() and "exactly once" in report.read_text()
+    pngs = list((report.parent / "report_files").glob("*.png"))
+    assert len(pngs) == 4 and all(p.stat().st_size > 5000 for p in pngs)
