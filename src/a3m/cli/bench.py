@@ -1,32 +1,63 @@
-"""``a3m bench WORKLOAD``: throughput or latency, beside raw UDP, pyzmq and pynng."""
+"""``a3m bench WORKLOAD``: throughput or latency, beside raw UDP, pyzmq and pynng.
+
+``--plot FILE.png`` also draws the result as a chart; ``--plot FILE.png --from a.json b.json``
+draws saved results (``--out``) without measuring anything, one panel each.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any
 
 BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", choices=BENCH_WORKLOADS)
+    p.add_argument("workload", nargs="?", choices=BENCH_WORKLOADS,
+                   help="what to measure (not needed with --from)")
     p.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
     p.add_argument("--messages", type=int, default=200_000, help="messages (default 200000)")
     p.add_argument("--no-baselines", action="store_true", help="measure A3M only")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--out", help="also write the JSON result to this file")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw a chart of the result (a3m beside its baselines) to this file "
+                        "(.png, .svg or .pdf; needs matplotlib)")
+    p.add_argument("--from", dest="from_files", nargs="+", metavar="RESULT.json",
+                   help="with --plot: draw these saved results (from --out), one panel each, "
+                        "instead of running a workload")
+
+
+def _error(msg: str) -> int:
+    print(f"a3m bench: {msg}", file=sys.stderr)
+    return 2
 
 
 def run(args: argparse.Namespace) -> int:
+    from_files = getattr(args, "from_files", None)
+    plot = getattr(args, "plot", None)
+    if from_files:
+        return _plot_saved(args, from_files, plot)
+    if args.workload is None:
+        return _error("give a WORKLOAD (" + ", ".join(BENCH_WORKLOADS) + "), or "
+                      "--plot FILE.png --from RESULT.json ... to chart saved results")
+    if plot:
+        from a3m.benchmarks.plot import PlotError, check_output, require_matplotlib
+
+        try:  # before the measurement, not after it
+            check_output(plot)
+            require_matplotlib()
+        except PlotError as exc:
+            return _error(str(exc))
+
     from a3m.benchmarks.registry import WORKLOADS, run_bench
 
     if args.workload not in WORKLOADS:
-        print(f"a3m bench: workload {args.workload!r} is not available yet", file=sys.stderr)
-        return 2
+        return _error(f"workload {args.workload!r} is not available yet")
     if args.size < 8 or args.messages < 2:
-        print("a3m bench: need --size >= 8 and --messages >= 2", file=sys.stderr)
-        return 2
+        return _error("need --size >= 8 and --messages >= 2")
 
     def progress(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
@@ -37,6 +68,13 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+    if plot:
+        from a3m.benchmarks.plot import plot_result
+
+        plot_result(result, plot)
+        progress(f"chart written to {plot}")
+        result = {**result, "plot": plot}
+        text = json.dumps(result, indent=None if args.json else 2)
     if args.json:
         print(text)
     else:
@@ -44,7 +82,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table(result: dict[str, object]) -> None:
+def _plot_saved(args: argparse.Namespace, files: list[str], plot: str | None) -> int:
+    if not plot:
+        return _error("--from needs --plot FILE.png (the chart to draw)")
+    if args.workload is not None:
+        return _error(f"give either a WORKLOAD ({args.workload}) to measure or --from saved "
+                      "results to chart, not both")
+    if args.out:
+        return _error("--out writes a new measurement; with --from nothing is measured")
+    from a3m.benchmarks.plot import PlotError, check_output, load_results, plot_results
+
+    try:
+        check_output(plot)
+        results = load_results(files)
+        plot_results(results, plot)
+    except PlotError as exc:
+        return _error(str(exc))
+    print(f"[bench] chart of {len(results)} result(s) written to {plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"plot": plot, "from": list(files)}))
+    return 0
+
+
+def _table(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -52,8 +112,8 @@ def _table(result: dict[str, object]) -> None:
     table.add_column("system")
     metric = "p50_us" if "p50_us" in result else "msgs_per_s"
     table.add_column(metric, justify="right")
-    table.add_row("a3m", f"{result[metric]:,.0f}")  # type: ignore[str-format]
-    for name, row in result["baselines"].items():  # type: ignore[attr-defined]
+    table.add_row("a3m", f"{result[metric]:,.0f}")
+    for name, row in result["baselines"].items():
         value = row.get(metric)
         table.add_row(name, f"{value:,.0f}" if value is not None else row.get("error", "-"))
     Console(stderr=True).print(table)
