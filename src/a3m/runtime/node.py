@@ -249,6 +249,9 @@ class Node:
                 send(dst, data, now)
             except WouldBlock:
                 break
+            except Closed:  # the node is closing: late answers (refusals, relinks) go nowhere
+                outbox.clear()
+                break
             outbox.popleft()
 
     def _after_call(self) -> None:
