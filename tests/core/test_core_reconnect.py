@@ -1,5 +1,5 @@
-"""A socket links again when the peer ends a link it initiated (the peer closed its socket),
-as a zmq connect reconnects; an unlink asked by the application stays unlinked."""
+"""With ``reconnect=True`` a socket links again when the peer ends a link it initiated (the
+peer closed its socket), as a zmq connect reconnects; its own unlink stays unlinked."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def test_push_links_again_after_the_pull_socket_is_reopened() -> None:
     with a3m.Node("prod-r") as prod, a3m.Node("coll-r") as coll:
         prod.associate("coll-r", coll.address)
         pull = coll.socket(a3m.PULL, "events")
-        push = prod.socket(a3m.PUSH, "out", retry_base_s=0.02, retry_max_s=0.2)
+        push = prod.socket(a3m.PUSH, "out", retry_base_s=0.02, retry_max_s=0.2, reconnect=True)
         push.link("coll-r/events")
         assert push.wait_linked(timeout=5)
         got: list[bytes] = []
@@ -42,7 +42,7 @@ def test_no_relink_after_an_unlink_the_application_asked_for() -> None:
     with a3m.Node("prod-u") as prod, a3m.Node("coll-u") as coll:
         prod.associate("coll-u", coll.address)
         coll.socket(a3m.PULL, "events")
-        push = prod.socket(a3m.PUSH, "out", retry_base_s=0.02, retry_max_s=0.2)
+        push = prod.socket(a3m.PUSH, "out", retry_base_s=0.02, retry_max_s=0.2, reconnect=True)
         push.link("coll-u/events")
         assert push.wait_linked(timeout=5)
         push.unlink("coll-u/events")

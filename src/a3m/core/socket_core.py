@@ -61,7 +61,7 @@ class SocketOptions:
     max_links: int = 0  # 0 = no limit
     retry_base_s: float = 0.05  # first retry after a non-fatal refusal (randomised, grows)
     retry_max_s: float = 5.0
-    reconnect: bool = True  # link again when the peer ends a link this socket initiated
+    reconnect: bool = False  # link again when the peer ends a link this socket initiated
 
 
 class SocketCore:

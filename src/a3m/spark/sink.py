@@ -124,7 +124,8 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
                             bind=f"{self.host}:0", discovery=self.discovery)
             for nid, addr in self.addresses.items():
                 node.associate(nid, addr)
-            sock = node.socket(a3m.PUB if self.kind == "PUB" else a3m.PUSH, "sink")
+            sock = node.socket(a3m.PUB if self.kind == "PUB" else a3m.PUSH, "sink",
+                               reconnect=True)  # a peer that restarts is linked again
             for peer in self.peers:
                 sock.link(peer)
             for peer in self.peers:
