@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from random import Random
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,47 @@ def test_an_error_in_a_hook_is_counted_and_the_loop_lives_on(
         rx.stop()
     assert not tx.running
     tx.stop()  # idempotent
+
+
+def test_a_failing_event_handler_loses_no_other_event_of_its_batch(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The events of one drained batch after the one whose handling raised are still handled
+    (their Exon slots are already acknowledged: dropping them would lose them for good)."""
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def fragile(events: Any, now: float) -> None:
+        while events:
+            ev = events.popleft()
+            if isinstance(ev, Delivered):
+                if ev.payload == b"boom":
+                    raise RuntimeError("handler failed")
+                got.append(ev.payload)
+                if ev.payload == b"last":
+                    done.set()
+
+    tx = Driver(ExonProtocol("tx", rng=Random(1), clock_store=MemoryClockStore(1)),
+                "127.0.0.1:0", lambda ev, now: None)
+    rx = Driver(ExonProtocol("rx", rng=Random(2), clock_store=MemoryClockStore(1)),
+                "127.0.0.1:0", fragile)
+    payloads = [b"a", b"b", b"boom", b"c", b"d", b"last"]
+    try:
+        with caplog.at_level(logging.ERROR, logger="a3m.runtime"):
+            tx.call(lambda: tx.proto.associate("rx", rx.address))
+
+            def send_all() -> None:  # one call: the six tokens share one datagram
+                for p in payloads:
+                    tx.proto.send("rx", p, time.monotonic())
+
+            tx.call(send_all)
+            assert done.wait(10)
+        assert got == [b"a", b"b", b"c", b"d", b"last"]
+        assert rx.event_errors == 1 and rx.loop_errors == 0
+        assert any("handler failed" in str(r.exc_info) for r in caplog.records)
+        assert rx.running
+    finally:
+        tx.stop()
+        rx.stop()
 
 
 def test_parse_bind() -> None:

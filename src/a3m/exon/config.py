@@ -29,6 +29,10 @@ class ExonConfig:
     rto_initial_s: float = 0.2
     rto_min_s: float = 0.03
     rto_max_s: float = 2.0
+    #: Longest an ACK waits for a frame to the same peer to ride with (a reply, usually), so a
+    #: request/reply exchange costs one datagram each way instead of two; 0 = ack at once.
+    #: Duplicates, a second datagram of tokens and closing are acknowledged at once.
+    ack_delay_s: float = 0.002
     #: A send record with nothing queued or in flight for this long releases and is discarded.
     idle_release_s: float = 1.0
     #: A receive record with no traffic for this long probes its sender (or is discarded if empty).
@@ -53,6 +57,8 @@ class ExonConfig:
                 raise UsageError(f"{name} must be positive")
         if not 0 < self.rto_min_s <= self.rto_initial_s <= self.rto_max_s:
             raise UsageError("need 0 < rto_min_s <= rto_initial_s <= rto_max_s")
+        if not 0 <= self.ack_delay_s < self.rto_min_s:
+            raise UsageError("ack_delay_s must be within 0 <= ack_delay_s < rto_min_s")
         if self.idle_release_s < 0 or self.probe_interval_s <= 0:
             raise UsageError("idle_release_s must be >= 0 and probe_interval_s > 0")
         if self.max_live_slots < self.slots_ahead:

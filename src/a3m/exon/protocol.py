@@ -105,6 +105,12 @@ class ExonProtocol:
         self._src_cache: dict[bytes, str] = {}
         self._out: dict[str, list[bytes]] = {}
         self._acks: dict[str, dict[int, list[int]]] = {}
+        # Delayed acknowledgements: pending ACKs leave with the next frame to their peer, or at
+        # _ack_due, or at once (_ack_now: a duplicate, a second datagram of tokens, closing).
+        self._ack_due = INF
+        self._ack_now = False
+        self._ack_dgrams = 0
+        self._ack_delay = cfg.ack_delay_s
         self._events: deque[Event] = deque()
         self._timers: list[tuple[float, int, SendRecord | RecvRecord]] = []
         self._timer_seq = 0
@@ -269,6 +275,7 @@ class ExonProtocol:
         Keep driving the protocol until :meth:`is_closed`; what was in flight is delivered.
         """
         self._closing = True
+        self._ack_now = True
         for rec in list(self._sr.values()):
             if not rec.queue and not rec.tokens:
                 self._release(rec)
@@ -282,8 +289,13 @@ class ExonProtocol:
         return not self._sr and not self._rr and not self._out and not self._acks
 
     def has_output(self) -> bool:
-        """Whether :meth:`datagrams_to_send` has something to send now."""
-        return bool(self._out or self._acks)
+        """Whether :meth:`datagrams_to_send` has something to send now (ACKs that wait for a
+        frame to ride with count from their deadline on, which :meth:`next_timer` gives)."""
+        return bool(self._out) or (self._ack_now and bool(self._acks))
+
+    def ack_deadline(self) -> float | None:
+        """When the ACKs waiting for a frame to ride with leave on their own (None: none wait)."""
+        return None if not self._acks or self._ack_due == INF else self._ack_due
 
     def record_counts(self) -> tuple[int, int]:
         """(send records, receive records) currently held."""
@@ -357,10 +369,16 @@ class ExonProtocol:
                         self._grant(rr, d_s, d_n)
                 else:
                     st.duplicates += 1
+                    self._ack_now = True  # a retransmission: its ACK was lost or is late
                 if acks is None:
                     acks = self._acks.get(src)
                     if acks is None:
                         acks = self._acks[src] = {}
+                    self._ack_dgrams += 1
+                    if self._ack_dgrams >= 2 or not self._ack_delay:
+                        self._ack_now = True
+                    elif self._ack_due == INF:
+                        self._ack_due = now + self._ack_delay
                 lst = acks.get(r)
                 if lst is None:
                     acks[r] = [s]
@@ -380,7 +398,10 @@ class ExonProtocol:
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
         """Everything due now, packed into as few datagrams as fit ``max_datagram_size``."""
         if self._acks:
-            self._flush_acks()
+            if self._ack_now or now >= self._ack_due:
+                self._flush_acks()
+            elif self._out:
+                self._flush_acks(self._out)  # they ride with frames that leave anyway
         if not self._out:
             return []
         result: list[tuple[bytes, Address]] = []
@@ -416,12 +437,14 @@ class ExonProtocol:
         while timers:
             t, _, rec = timers[0]
             if rec.alive and rec.timer_at == t:
-                return t
+                return t if t < self._ack_due else self._ack_due
             heapq.heappop(timers)
-        return None
+        return None if self._ack_due == INF else self._ack_due
 
     def handle_timer(self, now: float) -> None:
-        """Run every timer due at ``now`` (retransmission, idle release, probes)."""
+        """Run every timer due at ``now`` (retransmission, idle release, probes, ACKs)."""
+        if now >= self._ack_due:
+            self._ack_now = True
         timers = self._timers
         while timers and timers[0][0] <= now:
             t, _, rec = heapq.heappop(timers)
@@ -788,15 +811,25 @@ class ExonProtocol:
         self._deferred.pop(rec.peer, None)
         self.stats.recv_records_discarded += 1
 
-    def _flush_acks(self) -> None:
-        for peer, per_r in self._acks.items():
+    def _flush_acks(self, only: Any = None) -> None:
+        """Emit the pending ACKs (of the peers in ``only``, when given: piggybacking)."""
+        acks = self._acks
+        peers = list(acks) if only is None else [p for p in only if p in acks]
+        for peer in peers:
+            per_r = acks.pop(peer)
             budget = min(self._limit(peer), self._mds) - 300  # room for the header
             max_ranges = max(1, (budget - wire.ACK_S.size) // _RANGE_SIZE)
             for r, slots in per_r.items():
+                if len(slots) == 1:
+                    self._emit(peer, wire.encode_ack(r, ((slots[0], 1),)))
+                    continue
                 ranges = wire.to_ranges(slots)
                 for i in range(0, len(ranges), max_ranges):
                     self._emit(peer, wire.encode_ack(r, ranges[i:i + max_ranges]))
-        self._acks.clear()
+        if not acks:
+            self._ack_due = INF
+            self._ack_now = self._closing
+            self._ack_dgrams = 0
 
     def _count_error(self, exc: wire.WireError) -> None:
         if exc.kind == "truncated":

@@ -5,6 +5,15 @@ readable datagram; run due timers; hand events to the layer above; send what the
 batched. Application threads call into the protocol under the driver's lock and wake the
 thread only when it sleeps, so under load their messages leave in shared datagrams.
 
+An application thread that blocks (``Driver.wait``, used instead of ``cond.wait``) runs the
+loop itself while it waits: it becomes the *leader*, selects on the socket and runs the turns,
+and the I/O thread parks meanwhile. A reply then wakes the thread that waits for it directly,
+instead of the I/O thread, which would in turn wake the waiter through the condition: two
+thread hand-offs (and GIL hand-offs) fewer per round trip. The I/O thread is not woken when
+the leader leaves (that wake-up per round trip is what made a "co-reader" useless); it comes
+back by itself within ``PARK_S`` of the last short leadership, so traffic that arrives while
+no application thread waits is still handled promptly.
+
 Measured on this machine (docs/performance.md): a dedicated thread with non-blocking
 ``recvfrom_into`` drained in bursts beats selectors and asyncio loops for UDP blasts.
 """
@@ -17,6 +26,7 @@ import select
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -30,8 +40,17 @@ log = logging.getLogger("a3m.runtime")
 DRAIN_BURST = 512
 #: Socket buffers asked of the kernel (it may grant less).
 SOCKET_BUFFER_BYTES = 8 << 20
+#: While an application thread leads, the I/O thread looks again this often (seconds): the
+#: longest an arrival waits after a short leadership ended with no thread waiting.
+PARK_S = 0.002
+#: Longest single select of the I/O thread or a leader (seconds).
+MAX_SLEEP_S = 1.0
 
-EventHandler = Callable[[list[Event], float], None]
+#: ``on_events(events, now)``: ``events`` is the driver's queue of pending events; the handler
+#: takes each one with ``events.popleft()`` before handling it, so that when it raises, the
+#: events not yet taken stay queued (handled right after, never lost) and only the event being
+#: handled is reported (logged and counted in ``event_errors``).
+EventHandler = Callable[["deque[Event]", float], None]
 
 
 def parse_bind(bind: str | tuple[str, int]) -> tuple[str, int]:
@@ -73,16 +92,31 @@ class Driver:
         self._on_turn = on_turn
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
+        self._park = threading.Condition(self.lock)  # the I/O thread waits here while parked
         self._on_events = on_events
+        self._events: deque[Event] = deque()  # handed to on_events, not yet taken
         self._sock = open_udp(parse_bind(bind))
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._buf = bytearray(65536)  # used under the lock only (by whichever thread turns)
+        self._view = memoryview(self._buf)
+        #: True while no thread runs a turn: every turn-runner is in select or parked, so an
+        #: application thread's output must be sent by that thread (``flush``) or a wake-up.
         self._sleeping = False
-        self._sleep_until = 0.0
+        self._io_until = 0.0  # when the I/O thread looks again by itself
+        self._lead_until = 0.0  # when the leader looks again by itself
+        self._leader: int | None = None  # ident of the application thread leading
+        self._lead_seq = 0  # leaderships so far
+        self._parked = False
+        self._park_notify = False  # the parked I/O thread asks the leader to wake it on exit
+        self._waiters = 0  # threads in cond.wait (followers): notify only when there are some
+        self._wake_written = False  # a byte may be in the wake pipe: read it on the next turn
         self._running = True
         self.io_errors = 0
         self.loop_errors = 0
+        self.event_errors = 0
+        self.leader_turns = 0  # turns run by waiting application threads (diagnostics)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -92,36 +126,112 @@ class Driver:
         return host, port
 
     def wake(self) -> None:
-        """Make the I/O thread flush soon (cheap when it is already busy). Call under lock."""
+        """Make a turn happen soon (cheap when one is already under way). Call under lock."""
         if self._sleeping:
             self._sleeping = False
+            if self._parked and self._leader is None:
+                self._park.notify()
+            else:
+                self._write_wake()
+
+    def _write_wake(self) -> None:
+        self._wake_written = True
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def notify_all(self) -> None:
+        """Under the lock: wake every blocked call (``wait``) so that it re-checks its state;
+        a leader in select is woken through the pipe."""
+        if self._waiters:
+            self.cond.notify_all()
+        leader = self._leader
+        if leader is not None and leader != threading.get_ident():
+            self.wake()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Under the lock, like ``cond.wait(timeout)`` (spurious returns included): block until
+        a turn changed something or the timeout passes. The first thread to wait leads: it
+        selects on the socket and runs the turn itself; others wait on the condition."""
+        if self._leader is not None or not self._running:
+            self._waiters += 1
             try:
-                os.write(self._wake_w, b"\0")
-            except BlockingIOError:
-                pass
+                self.cond.wait(timeout)
+            finally:
+                self._waiters -= 1
+            return
+        proto = self.proto
+        now = time.monotonic()
+        wait_s = MAX_SLEEP_S if timeout is None else min(max(timeout, 0.0), MAX_SLEEP_S)
+        if proto.has_output():
+            wait_s = 0.0
+        else:
+            deadline = self._deadline()
+            if deadline is not None and deadline - now < wait_s:
+                wait_s = max(0.0, deadline - now)
+        me = threading.get_ident()
+        self._leader = me
+        self._lead_seq += 1
+        self._sleeping = True
+        self._lead_until = now + wait_s
+        self.leader_turns += 1
+        sock = self._sock
+        self.lock.release()
+        try:
+            if wait_s > 0:
+                try:
+                    select.select([sock, self._wake_r], [], [], wait_s)
+                except (OSError, ValueError):
+                    pass  # the socket was swapped by rebind or closed by stop
+            if self._running:
+                try:
+                    self._turn(self._buf, self._view)
+                except Exception:  # an application call must not fail for the loop's errors
+                    self.loop_errors += 1
+                    log.exception("a3m I/O loop error (counted, loop continues)")
+        finally:
+            self.lock.acquire()
+            self._leader = None
+            self._sleeping = True  # the I/O thread is parked or in select
+            if self._park_notify:
+                self._park_notify = False
+                self._park.notify()
+            if self._running and proto.has_output():
+                self._send_now()  # nobody else may be awake to send it soon
+
+    def _deadline(self) -> float | None:
+        deadline = self.proto.next_timer()
+        if self._upper_timer is not None:
+            upper = self._upper_timer()
+            if upper is not None and (deadline is None or upper < deadline):
+                deadline = upper
+        return deadline
+
+    def _send_now(self) -> None:
+        """Under the lock: send what the protocol has, from the calling thread."""
+        sock = self._sock
+        for data, addr in self.proto.datagrams_to_send(time.monotonic()):
+            try:
+                sock.sendto(data, addr)
+            except OSError:
+                self.io_errors += 1
 
     def flush(self) -> None:
         """Under the lock: send what the protocol has now, from the calling thread, when the
         I/O thread sleeps (a lone request leaves at once instead of after a thread hand-off;
         under load the I/O thread is awake and batches instead). Wakes the I/O thread only
         if the protocol now has an earlier deadline than the one it sleeps until."""
-        if not self._sleeping:
-            return
-        proto = self.proto
-        now = time.monotonic()
-        sock = self._sock
-        for data, addr in proto.datagrams_to_send(now):
-            try:
-                sock.sendto(data, addr)
-            except OSError:
-                self.io_errors += 1
-        deadline = proto.next_timer()
-        if self._upper_timer is not None:
-            upper = self._upper_timer()
-            if upper is not None and (deadline is None or upper < deadline):
-                deadline = upper
-        if deadline is not None and deadline < self._sleep_until:
-            self.wake()
+        if not self._sleeping or not self.proto.has_output():
+            return  # a turn is under way (it sends), or nothing to send: no new deadline
+        self._send_now()
+        deadline = self._deadline()
+        if deadline is not None:
+            until = self._io_until
+            if self._leader is not None and self._lead_until < until:
+                until = self._lead_until
+            if deadline < until:
+                self.wake()
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; peers learn it from our next datagrams."""
@@ -145,9 +255,13 @@ class Driver:
             if not self._running:
                 return
             self._running = False
-            self._sleeping = True
-            self.wake()
+            self._sleeping = False
+            self._write_wake()  # a leader in select
+            self._park.notify_all()
         self._thread.join(timeout=5)
+        end = time.monotonic() + 5
+        while self._leader is not None and time.monotonic() < end:  # it leaves after a turn
+            time.sleep(0.001)
         self._sock.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -164,31 +278,44 @@ class Driver:
 
     def _run(self) -> None:
         proto = self.proto
-        buf = bytearray(65536)
-        view = memoryview(buf)
+        buf, view = self._buf, self._view
+        park_seq = -1
         while True:
             with self.lock:
                 if not self._running:
                     break
-                deadline = proto.next_timer()
-                if self._upper_timer is not None:
-                    upper = self._upper_timer()
-                    if upper is not None and (deadline is None or upper < deadline):
-                        deadline = upper
+                if self._leader is not None:
+                    # An application thread runs the loop: step aside. A leadership that
+                    # outlasts one park is a long wait: then sleep until it ends (it wakes us).
+                    long_wait = park_seq == self._lead_seq
+                    park_seq = self._lead_seq
+                    self._parked = True
+                    self._park_notify = long_wait
+                    self._sleeping = True
+                    park_s = MAX_SLEEP_S if long_wait else PARK_S
+                    self._io_until = time.monotonic() + park_s
+                    self._park.wait(park_s)
+                    self._parked = False
+                    self._park_notify = False
+                    continue
+                park_seq = -1
+                deadline = self._deadline()
                 if proto.has_output():
                     timeout = 0.0
                 elif deadline is None:
-                    timeout = 1.0
+                    timeout = MAX_SLEEP_S
                 else:
-                    timeout = max(0.0, deadline - time.monotonic())
+                    timeout = min(max(0.0, deadline - time.monotonic()), MAX_SLEEP_S)
                 self._sleeping = True
-                self._sleep_until = time.monotonic() + min(timeout, 1.0)
+                self._io_until = time.monotonic() + timeout
                 sock = self._sock
             if timeout > 0:
                 try:
-                    select.select([sock, self._wake_r], [], [], min(timeout, 1.0))
+                    select.select([sock, self._wake_r], [], [], timeout)
                 except (OSError, ValueError):
                     pass  # the socket was swapped by rebind or closed by stop
+                if self._leader is not None:
+                    continue  # a leader selects on the same socket and runs the turn
             try:
                 self._turn(buf, view)
             except Exception:  # never let the I/O thread die silently
@@ -197,10 +324,12 @@ class Driver:
 
     def _turn(self, buf: bytearray, view: memoryview) -> None:
         proto = self.proto
-        try:
-            os.read(self._wake_r, 4096)
-        except (BlockingIOError, OSError):
-            pass
+        if self._wake_written:
+            self._wake_written = False
+            try:
+                os.read(self._wake_r, 4096)
+            except (BlockingIOError, OSError):
+                pass
         with self.lock:
             self._sleeping = False
             sock = self._sock  # read under the lock: rebind may have swapped it
@@ -217,13 +346,27 @@ class Driver:
                     break
                 feed(bytes(view[:n]), addr, now)
             proto.handle_timer(now)
-            events = proto.drain_events()
-            if events:
-                self._on_events(events, now)
+            events = self._events
+            events.extend(proto.drain_events())
+            changed = bool(events)
+            while events:
+                before = len(events)
+                try:
+                    self._on_events(events, now)
+                except Exception:
+                    if len(events) == before:
+                        events.popleft()  # the handler failed before taking it: no retry loop
+                    # The event being handled is reported; the rest stay queued and are
+                    # handled now: a failing handler never silently drops a batch.
+                    self.event_errors += 1
+                    log.exception("a3m event handler error (counted; the other events of "
+                                  "the batch are still handled)")
+                else:
+                    events.clear()  # a handler that read the events without taking them
             if self._on_turn is not None:
                 self._on_turn(now)
-            if events:
-                self.cond.notify_all()
+            if changed:
+                self.notify_all()
             out = proto.datagrams_to_send(now)
         send = sock.sendto
         for data, addr in out:

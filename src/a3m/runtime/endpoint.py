@@ -98,6 +98,7 @@ class Endpoint:
             out = self._proto.stats.as_dict()
         out["io_errors"] = self._driver.io_errors
         out["loop_errors"] = self._driver.loop_errors
+        out["event_errors"] = self._driver.event_errors
         return out
 
     def associate(self, node_id: str, address: Hashable) -> None:
@@ -121,7 +122,7 @@ class Endpoint:
         """
         deadline = _deadline(timeout)
         drv = self._driver
-        with drv.cond:
+        with drv.lock:
             while True:
                 self._check_open()
                 try:
@@ -133,7 +134,7 @@ class Endpoint:
                     if left is not None and left <= 0:
                         raise Timeout(f"send to {node_id!r} timed out (window full)") from None
                     drv.wake()
-                    drv.cond.wait(left)
+                    drv.wait(left)
                     continue
                 drv.flush()
                 return rid
@@ -142,7 +143,7 @@ class Endpoint:
         """The next delivered ``(node_id, payload)``; blocks up to ``timeout`` seconds."""
         deadline = _deadline(timeout)
         drv = self._driver
-        with drv.cond:
+        with drv.lock:
             while not self._inbox:
                 self._check_open()
                 left = _remaining(deadline)
@@ -150,7 +151,7 @@ class Endpoint:
                     if timeout == 0:
                         raise WouldBlock("nothing to receive")
                     raise Timeout("recv timed out")
-                drv.cond.wait(left)
+                drv.wait(left)
             src, payload = self._inbox.popleft()
             self._proto.consumed(len(payload))
             if self._proto.has_output():
@@ -179,14 +180,14 @@ class Endpoint:
         """True once the destination acknowledged the message; False if the timeout passes."""
         deadline = _deadline(timeout)
         drv = self._driver
-        with drv.cond:
+        with drv.lock:
             while receipt_id not in self._receipts:
                 if not drv.running:
                     return False
                 left = _remaining(deadline)
                 if left is not None and left <= 0:
                     return False
-                drv.cond.wait(left)
+                drv.wait(left)
             self._receipts.discard(receipt_id)
             return True
 
@@ -202,7 +203,7 @@ class Endpoint:
             return True
         deadline = _deadline(timeout)
         clean = True
-        with drv.cond:
+        with drv.lock:
             self._proto.close(time.monotonic())
             drv.wake()
             while not self._proto.is_closed():
@@ -210,13 +211,13 @@ class Endpoint:
                 if left is not None and left <= 0:
                     clean = False
                     break
-                drv.cond.wait(min(left, 0.05) if left is not None else 0.05)
+                drv.wait(min(left, 0.05) if left is not None else 0.05)
                 drv.wake()
             # let the release frames leave
             end = time.monotonic() + 0.05
             while self._proto.has_output() and time.monotonic() < end:
                 drv.wake()
-                drv.cond.wait(0.005)
+                drv.wait(0.005)
         self._closed = True
         drv.stop()
         return clean
@@ -236,9 +237,11 @@ class Endpoint:
         if self._closed or not self._driver.running:
             raise Closed(f"endpoint {self.id!r} is closed")
 
-    def _on_events(self, events: list[Event], now: float) -> None:
+    def _on_events(self, events: deque[Event], now: float) -> None:
         inbox = self._inbox
-        for ev in events:
+        take = events.popleft  # taken before handling: see driver.EventHandler
+        while events:
+            ev = take()
             if type(ev) is Delivered:
                 inbox.append((ev.source, ev.payload))
             elif type(ev) is ReceiptReady:

@@ -2,9 +2,10 @@
 
 One node = one Exon protocol + one :class:`~a3m.core.node_core.NodeCore`, driven by one I/O
 thread (:class:`~a3m.runtime.driver.Driver`). Application threads call into the core under the
-driver's lock; blocking calls wait on its condition, which the I/O thread notifies after every
-batch of events. Nothing the core produces is dropped: what Exon cannot take yet (its window is
-full) waits in an outbox that the credits bound.
+driver's lock; blocking calls wait through ``Driver.wait`` (the first waiter runs the I/O loop
+itself, the others wait on the condition, notified after every batch of events). Nothing the
+core produces is dropped: what Exon cannot take yet (its window is full) waits in an outbox
+that the credits bound.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class Node:
         self._proto = ExonProtocol(self.id, config, Random(rng.random()),
                                    make_clock_store(clock_file), make_resolver(discovery),
                                    path_mtu=path_mtu_for(config))
-        self._core = NodeCore(self.id, Random(rng.random()))
+        self._core = NodeCore(self.id, Random(rng.random()),
+                              max_message_size=config.max_message_size)
         for name, cls in BUILTIN.items():
             self._core.register_type(name, cls)
         self.journal: NodeJournal | None = None
@@ -144,15 +146,18 @@ class Node:
     @property
     def stats(self) -> dict[str, Any]:
         with self._driver.lock:
+            drv = self._driver
             return {"exon": self._proto.stats.as_dict(), "malformed": self._core.malformed,
-                    "not_found": self._core.not_found, "outbox": len(self._outbox)}
+                    "not_found": self._core.not_found, "outbox": len(self._outbox),
+                    "io_errors": drv.io_errors, "loop_errors": drv.loop_errors,
+                    "event_errors": drv.event_errors}
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every message sent so far is acknowledged by the node it went to
         (nothing left queued or in flight); False when the timeout passes first."""
         deadline = _deadline(timeout)
         drv = self._driver
-        with drv.cond:
+        with drv.lock:
             while self._outbox or self._proto.in_flight() > 0:
                 self._check_open()
                 left = None if deadline is None else deadline - time.monotonic()
@@ -160,7 +165,7 @@ class Node:
                     return False
                 self._pump(time.monotonic())
                 drv.wake()
-                drv.cond.wait(0.01 if left is None else min(left, 0.01))
+                drv.wait(0.01 if left is None else min(left, 0.01))
             return True
 
     def close(self, timeout: float | None = None) -> bool:
@@ -173,7 +178,7 @@ class Node:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             clean = sock.close(left) and clean
         drv = self._driver
-        with drv.cond:
+        with drv.lock:
             self._proto.close(time.monotonic())
             drv.wake()
             while not self._proto.is_closed() or self._outbox:
@@ -181,13 +186,13 @@ class Node:
                 if left is not None and left <= 0:
                     clean = False
                     break
-                drv.cond.wait(0.05 if left is None else min(left, 0.05))
+                drv.wait(0.05 if left is None else min(left, 0.05))
                 self._pump(time.monotonic())
                 drv.wake()
             end = time.monotonic() + 0.05
             while self._proto.has_output() and time.monotonic() < end:
                 drv.wake()
-                drv.cond.wait(0.005)
+                drv.wait(0.005)
         self._closed = True
         drv.stop()
         if self.journal is not None:
@@ -220,18 +225,20 @@ class Node:
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
-    def _on_events(self, events: list[Event], now: float) -> None:
+    def _on_events(self, events: deque[Event], now: float) -> None:
         core, proto = self._core, self._proto
-        for ev in events:
+        take = events.popleft  # taken before handling: see driver.EventHandler
+        while events:
+            ev = take()
             if type(ev) is Delivered:
-                core.receive(ev.source, ev.payload, now)
                 proto.consumed(len(ev.payload))  # the core's credits bound what it keeps
+                core.receive(ev.source, ev.payload, now)
 
     def _on_turn(self, now: float) -> None:
         t = self._core.next_timer()
         if t is not None and t <= now:
             self._core.handle_timer(now)
-            self._driver.cond.notify_all()
+            self._driver.notify_all()
         self._pump(now)
         for fn in self._listeners:
             fn()
@@ -256,9 +263,10 @@ class Node:
 
     def _after_call(self) -> None:
         """Under the lock, after an application call changed the core."""
-        self._pump(time.monotonic())
-        self._driver.flush()
-        self._driver.cond.notify_all()
+        if self._core._out or self._core._local or self._outbox:
+            self._pump(time.monotonic())
+            self._driver.flush()
+        self._driver.notify_all()
         for fn in self._listeners:
             fn()
 
@@ -300,14 +308,14 @@ class Socket:
         key = None if pid is None else (pid.node, pid.tag)
         deadline = _deadline(timeout)
         drv = self.node._driver
-        with drv.cond:
+        with drv.lock:
             while not self._core.is_linked(key):
                 if self._core.fatal_refusal(key) is not None or not drv.running:
                     return False
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                drv.cond.wait(0.1 if left is None else min(left, 0.1))
+                drv.wait(0.1 if left is None else min(left, 0.1))
             return True
 
     def refusal(self, peer: Any) -> str | None:
@@ -335,7 +343,7 @@ class Socket:
         deadline = _deadline(timeout)
         drv = self.node._driver
         core = self._core
-        with drv.cond:
+        with drv.lock:
             while True:
                 self._check_open()
                 core.node.now = time.monotonic()
@@ -350,14 +358,14 @@ class Socket:
                 refusal = core.fatal_refusal()
                 if refusal is not None and not core.links:
                     raise LinkRefused(REASONS.get(refusal, hex(refusal)))
-                drv.cond.wait(left)
+                drv.wait(left)
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
         deadline = _deadline(timeout)
         drv = self.node._driver
         core = self._core
-        with drv.cond:
+        with drv.lock:
             while True:
                 core.node.now = time.monotonic()
                 got = core.try_recv()
@@ -370,7 +378,7 @@ class Socket:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise Timeout(f"recv on {self.id.tag!r} timed out")
-                drv.cond.wait(left)
+                drv.wait(left)
 
     def recv(self, timeout: float | None = None) -> bytes:
         """The next message's payload."""
@@ -422,7 +430,7 @@ class Socket:
         deadline = _deadline(timeout)
         drv = self.node._driver
         clean = True
-        with drv.cond:
+        with drv.lock:
             self._core.close(time.monotonic())
             self.node._after_call()
             while not self._core.is_drained and drv.running:
@@ -430,7 +438,7 @@ class Socket:
                 if left is not None and left <= 0:
                     clean = False
                     break
-                drv.cond.wait(0.05 if left is None else min(left, 0.05))
+                drv.wait(0.05 if left is None else min(left, 0.05))
             self._closed = True
             self.node._forget_socket(self.id.tag)
         return clean
@@ -476,14 +484,14 @@ class Poller:
         single = next(iter(nodes)) if len(nodes) == 1 else None
         while True:
             if single is not None:
-                with single._driver.cond:
+                with single._driver.lock:
                     ready = self._ready()
                     if ready:
                         return ready
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return []
-                    single._driver.cond.wait(left)
+                    single._driver.wait(left)
             else:
                 ready = []
                 for sock in self._sockets:
