@@ -9,7 +9,7 @@ import pytest
 
 from a3m.core import link as L
 from a3m.core.socket_core import SocketCore
-from a3m.errors import LinkError, SocketNotLinked, Timeout, UsageError
+from a3m.errors import LinkError, MessageTooLarge, SocketNotLinked, Timeout, UsageError
 from a3m.patterns import BUILTIN
 from core.pipe import Pipe
 
@@ -98,6 +98,86 @@ def test_req_whose_rep_goes_away_gets_an_error_not_a_hang() -> None:
     p.run()
     with pytest.raises(LinkError, match="went away"):
         req.try_recv()
+
+
+def test_rep_reply_to_a_vanished_req_is_a_link_error_then_rep_serves_on() -> None:
+    p = Pipe("a", "b", "c")
+    req = p.nodes["a"].create("REQ", "req")
+    other = p.nodes["c"].create("REQ", "req")
+    rep = p.nodes["b"].create("REP", "rep")
+    req.link(("b", "rep"), p.now)
+    other.link(("b", "rep"), p.now)
+    p.run()
+    assert req.try_send(b"q")
+    p.run()
+    got = rep.try_recv()
+    assert got is not None and got.payload == b"q"
+    req.close(p.now)
+    p.run()
+    assert not rep.is_linked(("a", "req"))
+    assert rep.writable  # the send does not block: it reports the error at once
+    with pytest.raises(LinkError, match="went away"):
+        rep.try_send(b"answer")
+    assert other.try_send(b"q2")  # the REP is free for the next request
+    p.run()
+    got = rep.try_recv()
+    assert got is not None and got.payload == b"q2"
+    assert rep.try_send(b"a2")
+    p.run()
+    assert other.try_recv().payload == b"a2"  # type: ignore[union-attr]
+
+
+def test_rep_may_skip_the_reply_to_a_vanished_req() -> None:
+    p = Pipe("a", "b", "c")
+    req = p.nodes["a"].create("REQ", "req")
+    other = p.nodes["c"].create("REQ", "req")
+    rep = p.nodes["b"].create("REP", "rep")
+    req.link(("b", "rep"), p.now)
+    other.link(("b", "rep"), p.now)
+    p.run()
+    req.try_send(b"q")
+    p.run()
+    assert rep.try_recv() is not None
+    req.close(p.now)
+    other.try_send(b"q2")
+    p.run()
+    assert rep.readable  # the owed reply has nobody to go to: the next request is readable
+    got = rep.try_recv()
+    assert got is not None and got.payload == b"q2"
+
+
+def test_a_message_too_large_changes_nothing() -> None:
+    """Refused before the pattern or the link moves: no seq is spent, no request is left
+    outstanding, the next message goes through (found: it jammed the node's outbox)."""
+    p = Pipe("a", "b")
+    for core in p.nodes.values():
+        core.max_message_size = 4096
+    req, rep = linked(p, "REQ", "REP")
+    with pytest.raises(MessageTooLarge):
+        req.try_send(b"x" * 4096)
+    assert req.try_send(b"small")
+    p.run()
+    got = rep.try_recv()
+    assert got is not None and got.payload == b"small"
+    with pytest.raises(MessageTooLarge):
+        rep.try_send(b"y" * 4096)
+    assert rep.try_send(b"ok")
+    p.run()
+    assert req.try_recv().payload == b"ok"  # type: ignore[union-attr]
+    # a PUB whose topic makes the message too large sends it to no subscriber at all
+    pub = p.nodes["a"].create("PUB", "pub")
+    subs = [p.nodes["b"].create("SUB", f"sub{i}") for i in range(2)]
+    for s in subs:
+        s.subscribe(b"")
+        s.link(("a", "pub"), p.now)
+    p.run()
+    room = 4096 - 300
+    with pytest.raises(MessageTooLarge):
+        pub.try_send(b"z" * (room - 100), topic=b"t" * 200)
+    assert pub.try_send(b"fine", topic=b"t")
+    p.run()
+    for s in subs:
+        assert recv_all(s) == [b"fine"]
 
 
 def test_pub_sub_prefixes_overlap_once_and_late_subscribe() -> None:
@@ -191,6 +271,40 @@ def test_survey_answers_until_the_deadline() -> None:
     p.advance(0.6)
     with pytest.raises(Timeout, match="deadline"):
         sv.try_recv()
+
+
+def test_survey_deadline_fires_once_and_late_answers_are_dropped() -> None:
+    p = Pipe("a", "b")
+    sv = p.nodes["a"].create("SURVEYOR", "s", survey_time_s=0.5)
+    r = p.nodes["b"].create("RESPONDENT", "r")
+    r.link(("a", "s"), p.now)
+    p.run()
+    assert sv.try_send(b"q")
+    p.run()
+    got = r.try_recv()
+    assert got is not None
+    assert sv.next_timer() == pytest.approx(p.now + 0.5)
+    p.advance(0.6)  # the deadline passes with nobody reading
+    assert sv.next_timer() is None  # fired once: the node does not wake again for it
+    r.try_send(b"late answer")
+    p.run()
+    assert not sv.readable
+    with pytest.raises(Timeout, match="deadline"):
+        sv.try_recv()
+    with pytest.raises(UsageError, match="no survey"):
+        sv.try_recv()
+
+
+def test_survey_time_option_is_checked() -> None:
+    p = Pipe("a")
+    sv = p.nodes["a"].create("SURVEYOR", "s")
+    for bad in (-1, 0, "1", True):
+        with pytest.raises(UsageError, match="survey_time_s must be"):
+            sv.set_option("survey_time_s", bad)
+    sv.set_option("survey_time_s", 2)
+    assert sv.get_option("survey_time_s") == 2.0
+    with pytest.raises(UsageError, match="survey_time_s must be"):
+        p.nodes["a"].create("SURVEYOR", "s2", survey_time_s=0)
 
 
 def recv_all_until_none(sock: SocketCore) -> list[bytes]:

@@ -12,6 +12,7 @@ import pytest
 import a3m
 from a3m.core import link as L
 from a3m.core.socket_core import SocketCore
+from a3m.patterns.pipeline import Pull
 from a3m.testing.relay import FaultRelay
 
 NET = {"loopback_datagram_size": 0}  # through the relay: a network-sized MTU
@@ -239,6 +240,52 @@ def test_custom_socket_kind_with_public_extension_points() -> None:
         good.send(b"12345", timeout=5)
         assert tap.recv(timeout=5) == b"12345"
         assert tap._core.bytes_seen == 5  # type: ignore[attr-defined]
+
+
+class FragilePull(Pull):
+    """A PULL whose application hook fails on one message."""
+
+    def on_data(self, link: L.Link, payload: bytes) -> None:
+        if payload == b"boom":
+            raise RuntimeError("on_data failed")
+        super().on_data(link, payload)
+
+
+def test_a_failing_hook_does_not_lose_the_rest_of_its_batch() -> None:
+    """Messages that arrive in the same turn as one whose handling raised are still delivered
+    (before the fix the whole batch after it was dropped, though Exon had acknowledged it)."""
+    with a3m.Node("a") as na, a3m.Node("b") as nb:
+        na.associate("b", nb.address)
+        nb.register_socket_type("FRAGILE", FragilePull)
+        pull = nb.socket("FRAGILE", "sink")
+        push = na.socket(a3m.PUSH, "source")
+        push.link("b/sink")
+        assert push.wait_linked(timeout=5)
+        with nb._driver.lock:  # b handles nothing until all have arrived: one batch
+            for p in (b"1", b"2", b"boom", b"3", b"4"):
+                push.send(p, timeout=5)
+            time.sleep(0.2)
+        assert [pull.recv(timeout=5) for _ in range(4)] == [b"1", b"2", b"3", b"4"]
+        assert nb.stats["event_errors"] == 1
+
+
+def test_a_message_too_large_is_refused_and_the_node_goes_on() -> None:
+    """Refused by send before it reaches the node's outbox (found: it stayed at the head of the
+    outbox, every I/O turn raised again, later sends failed and close raised)."""
+    with a3m.Node("a", max_message_size=1 << 20) as na, a3m.Node("b") as nb:
+        na.associate("b", nb.address)
+        pull = nb.socket(a3m.PULL, "sink")
+        push = na.socket(a3m.PUSH, "source")
+        push.link("b/sink")
+        assert push.wait_linked(timeout=5)
+        with pytest.raises(a3m.MessageTooLarge):
+            push.send(b"x" * ((1 << 20) + 1), timeout=5)
+        push.send(b"y" * 60_000, timeout=5)
+        push.send(b"after", timeout=5)
+        assert pull.recv(timeout=5) == b"y" * 60_000
+        assert pull.recv(timeout=5) == b"after"
+        assert na.stats["loop_errors"] == 0 and na.stats["outbox"] == 0
+        assert na.close(timeout=5)
 
 
 def test_incompatible_peer_wait_linked_false_and_poller() -> None:

@@ -145,10 +145,6 @@ def test_reqrep_every_request_answered_once_in_order(case: tuple[str, int, LinkM
     count(net, 4 * rounds)
 
 
-@pytest.mark.xfail(strict=True, raises=UsageError, reason=(
-    "patterns/reqrep.py: Rep.on_link_removed forgets the owed request, so a reply to a REQ "
-    "that went away raises UsageError('no request to reply to') and the LinkError path of "
-    "Rep.pattern_send (the module docstring's promise) is unreachable"))
 def test_rep_reply_to_a_req_that_went_away_is_a_link_error() -> None:
     net = network(CASES[0], 7)
     h = cluster(net, "c", "s")
@@ -422,10 +418,6 @@ def test_survey_answers_collected_within_the_deadline(case: tuple[str, int, Link
     count(net, surveys * (2 * len(resp)))
 
 
-@pytest.mark.xfail(strict=True, raises=SimulationError, reason=(
-    "patterns/survey.py: once a survey's deadline has passed, Surveyor.next_timer keeps "
-    "returning it until the application calls recv, so the node wakes at once, forever: "
-    "virtual time stops here, and a real node's I/O thread spins (1.8 s of CPU per 2 s)"))
 def test_survey_read_late_by_a_slow_application() -> None:
     """The application reads a survey's answers only well after its deadline: time goes on
     meanwhile, the prompt answer is returned, and an answer that arrived after the deadline

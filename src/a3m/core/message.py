@@ -127,6 +127,16 @@ def encode_data(src_tag: bytes, dst_tag: bytes, src_inc: int, dst_inc: int, seq:
                      INCS.pack(src_inc, dst_inc), SEQ.pack(seq), payload))
 
 
+#: Bytes a DATA message adds to its payload at most: the fixed header, two tags of the longest
+#: length, incarnations and seq, plus room for a pattern's framing (a request id, say).
+DATA_OVERHEAD_MAX = FIXED.size + 2 * 256 + INCS.size + SEQ.size + 64
+
+
+def data_size(src_tag: bytes, dst_tag: bytes, payload: bytes) -> int:
+    """The encoded size of :func:`encode_data` for these tags and payload."""
+    return FIXED.size + len(src_tag) + len(dst_tag) + INCS.size + SEQ.size + len(payload)
+
+
 def encoded_tag(tag: str) -> bytes:
     """A tag as it appears in the extended header (length byte + UTF-8)."""
     return _tag(tag)

@@ -38,7 +38,8 @@ class NodeCore:
     """
 
     def __init__(self, node_id: str, rng: Random | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None,
+                 max_message_size: int = 1 << 62) -> None:
         self.node_id = node_id
         self.rng = rng or Random(0)
         self.sockets: dict[str, SocketCore] = {}
@@ -54,6 +55,9 @@ class NodeCore:
         self._draining = False
         #: Set to a :class:`DeliveryObserver` to hear of every DATA message sent and accepted.
         self.observer: DeliveryObserver | None = None
+        #: The largest message the transport takes (the runtime sets Exon's): a send that
+        #: could not fit raises MessageTooLarge before it changes any state.
+        self.max_message_size = max_message_size
 
     # ------------------------------------------------------------------ registry
 

@@ -32,7 +32,7 @@ from a3m.core.link import (
     most_severe,
 )
 from a3m.core.message import Message, Metadata
-from a3m.errors import UsageError
+from a3m.errors import MessageTooLarge, UsageError
 
 if TYPE_CHECKING:
     from a3m.core.node_core import NodeCore
@@ -172,6 +172,7 @@ class SocketCore:
 
     def send_on(self, link: Link, payload: bytes, mtype: int = m.DATA) -> None:
         """Send a sequenced message on an established link (DATA spends one credit)."""
+        self.check_size(link, payload)
         seq = link.next_seq
         link.next_seq = seq + 1
         if mtype == m.DATA:
@@ -183,6 +184,14 @@ class SocketCore:
         self.node.emit(link.peer[0], m.encode_data(self.tag_bytes, link.peer_tag_bytes,
                                                    link.my_inc, link.peer_inc, seq, payload,
                                                    mtype))
+
+    def check_size(self, link: Link, payload: bytes) -> None:
+        """Raise MessageTooLarge if ``payload`` sent on ``link`` would not fit the transport
+        (:meth:`send_on` checks it before anything changes; fan-outs check every link first)."""
+        size = m.data_size(self.tag_bytes, link.peer_tag_bytes, payload)
+        if size > self.node.max_message_size:
+            raise MessageTooLarge(f"a {size}-byte message > max_message_size "
+                                  f"{self.node.max_message_size}")
 
     def delivered_from(self, link: Link) -> None:
         """Call when the application took a message from ``link`` (returns credits)."""
@@ -257,6 +266,10 @@ class SocketCore:
             raise UsageError(f"a {self.kind} socket cannot send")
         if self.closed:
             raise UsageError("socket is closed")
+        if len(payload) > self.node.max_message_size - m.DATA_OVERHEAD_MAX:
+            raise MessageTooLarge(
+                f"{len(payload)} bytes > the largest message this node sends "
+                f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
         return self.pattern_send(payload, **kw)
 
     def try_recv(self) -> Received | None:
@@ -557,13 +570,25 @@ class SocketCore:
             self._process(link, mtype, payload, seq)
             return
         if seq == link.expected_seq:
-            self._process(link, mtype, payload, seq)
+            # The sequence moves on before a hook runs: a hook that raises loses only its own
+            # message, never wedges the link (the driver reports the error).
             link.expected_seq = seq + 1
+            failed: Exception | None = None
+            try:
+                self._process(link, mtype, payload, seq)
+            except Exception as exc:
+                failed = exc
             reorder = link.reorder
             while reorder and link.expected_seq in reorder:
-                t, p = reorder.pop(link.expected_seq)
-                self._process(link, t, p, link.expected_seq)
-                link.expected_seq += 1
+                s = link.expected_seq
+                t, p = reorder.pop(s)
+                link.expected_seq = s + 1
+                try:
+                    self._process(link, t, p, s)
+                except Exception as exc:
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
         elif seq > link.expected_seq and seq not in link.reorder:
             link.reorder[seq] = (mtype, payload)
         else:

@@ -42,5 +42,7 @@ def send_to_all(sock: SocketCore, links: list[Link], payload: bytes) -> bool:
     if any(not lk.can_send for lk in links):
         return False
     for lk in links:
+        sock.check_size(lk, payload)  # all or none: a message too large for one goes to none
+    for lk in links:
         sock.send_on(lk, payload)
     return True

@@ -93,13 +93,14 @@ class Rep(SocketCore):
 
     def on_link_removed(self, link: Link) -> None:
         # Requests from a peer that went away can no longer be answered: forget them.
+        # The owed request stays: the reply to it raises LinkError (the sender sees it).
         self._requests = deque(r for r in self._requests if r[0] is not link)
-        if self._owed is not None and self._owed[0] is link:
-            self._owed = None
 
     def choose_recv(self) -> Received | None:
         if self._owed is not None:
-            raise UsageError("REP: reply to the last request before receiving the next")
+            if self._owed[0].established:
+                raise UsageError("REP: reply to the last request before receiving the next")
+            self._owed = None  # its requester went away: nobody waits for that reply
         while self._requests:
             link, ident, body = self._requests.popleft()
             self.delivered_from(link)
@@ -110,7 +111,8 @@ class Rep(SocketCore):
 
     @property
     def readable(self) -> bool:
-        return self._owed is None and bool(self._requests)
+        owed = self._owed
+        return (owed is None or not owed[0].established) and bool(self._requests)
 
     def pattern_send(self, payload: bytes, **kw: Any) -> bool:
         if self._owed is None:
@@ -126,4 +128,6 @@ class Rep(SocketCore):
         return True
 
     def pattern_can_send(self) -> bool:
-        return self._owed is not None and self._owed[0].can_send
+        # A reply whose requester went away "can be sent": the send raises LinkError at once.
+        owed = self._owed
+        return owed is not None and (owed[0].can_send or not owed[0].established)

@@ -17,18 +17,22 @@ class Surveyor(SocketCore):
     peers = frozenset({"RESPONDENT"})
 
     def __init__(self, *args: Any, survey_time_s: float = 1.0, **options: Any) -> None:
-        self.survey_time_s = survey_time_s
+        self.survey_time_s = 1.0
         super().__init__(*args, **options)
+        self.set_pattern_option("survey_time_s", survey_time_s)
         self._survey = self.rng.randrange(1 << 32)
-        self._deadline: float | None = None
+        self._deadline: float | None = None  # of the survey under way
+        self._expired = False  # its deadline passed (answers after it are dropped)
         self._answers: deque[Received] = deque()
 
     def extra_options(self) -> dict[str, Any]:
         return {"survey_time_s": self.survey_time_s}
 
     def set_pattern_option(self, name: str, value: Any) -> None:
-        if name != "survey_time_s" or not isinstance(value, (int, float)) or value <= 0:
+        if name != "survey_time_s":
             super().set_pattern_option(name, value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise UsageError(f"survey_time_s must be a number of seconds > 0, got {value!r}")
         self.survey_time_s = float(value)
 
     def pattern_send(self, payload: bytes, **kw: Any) -> bool:
@@ -39,6 +43,7 @@ class Surveyor(SocketCore):
         self._survey = survey
         self._answers.clear()
         self._deadline = self.node.now + self.survey_time_s
+        self._expired = False
         return True
 
     def pattern_can_send(self) -> bool:
@@ -47,7 +52,8 @@ class Surveyor(SocketCore):
     def on_data(self, link: Link, payload: bytes) -> None:
         self.delivered_from(link)
         framed = split_id(payload)
-        if framed is not None and framed[0] == self._survey and self._deadline is not None:
+        if (framed is not None and framed[0] == self._survey and self._deadline is not None
+                and not self._expired and self.node.now < self._deadline):
             self._answers.append(Received(framed[1], link.peer))
 
     def choose_recv(self) -> Received | None:
@@ -55,8 +61,9 @@ class Surveyor(SocketCore):
             return self._answers.popleft()
         if self._deadline is None:
             raise UsageError("SURVEYOR: no survey under way; send one first")
-        if self.node.now >= self._deadline:
+        if self._expired or self.node.now >= self._deadline:
             self._deadline = None
+            self._expired = False
             raise Timeout("SURVEYOR: the survey's deadline passed")
         return None
 
@@ -66,9 +73,14 @@ class Surveyor(SocketCore):
 
     def next_timer(self) -> float | None:
         base = super().next_timer()
-        if self._deadline is None:
-            return base
+        if self._deadline is None or self._expired:
+            return base  # a passed deadline stays passed until recv reports it: no timer
         return self._deadline if base is None else min(base, self._deadline)
+
+    def handle_timer(self, now: float) -> None:
+        super().handle_timer(now)
+        if self._deadline is not None and now >= self._deadline:
+            self._expired = True  # wakes a blocked recv (the node notifies after timers)
 
 
 class Respondent(SocketCore):

@@ -23,9 +23,11 @@ from a3m.patterns import BUILTIN
 class NodeHost:
     def __init__(self, name: str, rng: Random, config: ExonConfig | None = None) -> None:
         self.name = name
-        self.proto = ExonProtocol(name, config or ExonConfig(), Random(rng.random()),
+        config = config or ExonConfig()
+        self.proto = ExonProtocol(name, config, Random(rng.random()),
                                   MemoryClockStore(rng.randrange(1 << 40)))
-        self.core = NodeCore(name, Random(rng.random()))
+        self.core = NodeCore(name, Random(rng.random()),
+                             max_message_size=config.max_message_size)
         for kind, cls in BUILTIN.items():
             self.core.register_type(kind, cls)
         self.outbox: deque[tuple[str, bytes]] = deque()
