@@ -19,7 +19,7 @@ import pytest
 from a3m.core.socket_core import SocketCore
 from a3m.errors import LinkError, SocketNotLinked, Timeout, UsageError
 from a3m.exon import ExonConfig
-from a3m.testing.sim import LinkModel, Network, SimulationError, seed_from_env
+from a3m.testing.sim import LinkModel, Network, seed_from_env
 from a3m.testing.sim_node import NodeHost
 
 from .conftest import SIMULATED
