@@ -45,23 +45,29 @@ class SendCredits:
 class RecvCredits:
     """The receiving side: capacity, what arrived, what the application took, the edges."""
 
-    __slots__ = ("capacity", "received", "delivered", "edge", "max_edge", "flow_seq",
-                 "batch_fraction")
+    __slots__ = ("_capacity", "received", "delivered", "edge", "max_edge", "flow_seq",
+                 "batch_fraction", "batch")
 
     def __init__(self, capacity: int, batch_fraction: float = 0.25) -> None:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
+        self.batch_fraction = batch_fraction
         self.capacity = capacity
         self.received = 0
         self.delivered = 0
         self.edge = capacity  # granted in the handshake
         self.max_edge = capacity
         self.flow_seq = 0
-        self.batch_fraction = batch_fraction
 
     @property
-    def batch(self) -> int:
-        return max(1, int(self.capacity * self.batch_fraction))
+    def capacity(self) -> int:
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, value: int) -> None:
+        self._capacity = value
+        #: Credits returned per FLOW: a fraction of the capacity.
+        self.batch = max(1, int(value * self.batch_fraction))
 
     @property
     def queued(self) -> int:
@@ -81,7 +87,7 @@ class RecvCredits:
     def on_delivered(self) -> tuple[int, int] | None:
         """The application took one message; returns a FLOW ``(flow_seq, edge)`` when due."""
         self.delivered += 1
-        target = self.delivered + self.capacity
+        target = self.delivered + self._capacity
         if target - self.edge >= self.batch:
             return self._grant(target)
         return None

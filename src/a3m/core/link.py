@@ -100,6 +100,7 @@ class Link:
         "my_decision", "peer_decision", "unlink_wanted", "refusal", "unlink_sent", "peer_goal",
         "next_seq", "expected_seq", "reorder", "inq", "send", "recv", "ctrl_pending",
         "ordered", "peer_tag_bytes", "my_tag_bytes", "retries", "attrs", "processed",
+        "data_head",
     )
 
     def __init__(self, peer: PeerId, my_inc: int, initiator: bool, capacity: int,
@@ -128,6 +129,9 @@ class Link:
         self.ordered = ordered
         self.peer_tag_bytes = b""
         self.my_tag_bytes = b""
+        #: (peer_inc, the extended header of this link's sequenced messages): cached by
+        #: :meth:`SocketCore.send_on`, keyed by the incarnation it was built with.
+        self.data_head: tuple[int, bytes] = (-1, b"")
         self.retries = 0
         self.attrs: dict[str, object] = {}  # for socket patterns (e.g. a subscription set)
 

@@ -117,8 +117,10 @@ class SocketCore:
 
     def choose_send_link(self, payload: bytes, **kw: Any) -> Link | None:
         """The link the next message goes to; default: round robin over links with credits."""
-        ring = self.link_ring()
+        ring = self._ring if self._ring is not None else self.link_ring()
         n = len(ring)
+        if n == 1:
+            return ring[0] if ring[0].can_send else None
         start = self._rr_send
         for i in range(n):
             link = ring[(start + i) % n]
@@ -137,8 +139,15 @@ class SocketCore:
 
     def choose_recv(self) -> Received | None:
         """The next message for the application; default: fair round robin over links."""
-        ring = self.link_ring()
+        ring = self._ring if self._ring is not None else self.link_ring()
         n = len(ring)
+        if n == 1:
+            link = ring[0]
+            if not link.inq:
+                return None
+            payload = link.inq.popleft()
+            self.delivered_from(link)
+            return Received(payload, link.peer)
         start = self._rr_recv
         for i in range(n):
             link = ring[(start + i) % n]
@@ -172,18 +181,22 @@ class SocketCore:
 
     def send_on(self, link: Link, payload: bytes, mtype: int = m.DATA) -> None:
         """Send a sequenced message on an established link (DATA spends one credit)."""
-        self.check_size(link, payload)
+        node = self.node
+        if len(payload) > node.max_message_size - m.DATA_OVERHEAD_MAX:
+            self.check_size(link, payload)  # near the limit: the exact size decides
         seq = link.next_seq
         link.next_seq = seq + 1
         if mtype == m.DATA:
             link.send.sent += 1
             self.stats["sent"] += 1
-            obs = self.node.observer
+            obs = node.observer
             if obs is not None:
                 obs.on_sent(self.tag, link.peer, link.my_inc, seq, len(payload))
-        self.node.emit(link.peer[0], m.encode_data(self.tag_bytes, link.peer_tag_bytes,
-                                                   link.my_inc, link.peer_inc, seq, payload,
-                                                   mtype))
+        inc, head = link.data_head
+        if inc != link.peer_inc:
+            head = m.data_head(self.tag_bytes, link.peer_tag_bytes, link.my_inc, link.peer_inc)
+            link.data_head = (link.peer_inc, head)
+        node.emit(link.peer[0], m.encode_with_head(head, seq, payload, mtype))
 
     def check_size(self, link: Link, payload: bytes) -> None:
         """Raise MessageTooLarge if ``payload`` sent on ``link`` would not fit the transport

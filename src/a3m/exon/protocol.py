@@ -280,6 +280,11 @@ class ExonProtocol:
             if not rec.queue and not rec.tokens:
                 self._release(rec)
 
+    @property
+    def closing(self) -> bool:
+        """:meth:`close` was called: ``send`` raises :class:`Closed`."""
+        return self._closing
+
     def is_closed(self) -> bool:
         """After :meth:`close`: every send record delivered what it held and was released."""
         return self._closing and not self._sr

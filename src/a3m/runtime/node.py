@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from a3m.core.link import REASONS
 from a3m.core.node_core import NodeCore
-from a3m.core.socket_core import SocketCore
+from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.exon.config import ExonConfig
 from a3m.exon.events import Delivered, Event
@@ -58,9 +58,9 @@ class SocketId(NamedTuple):
                          f"{peer!r}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReceivedMessage:
-    """What ``recv_msg`` returns."""
+    """What ``recv_msg`` returns (treat as immutable; not frozen: that costs per message)."""
 
     payload: bytes
     source: SocketId
@@ -226,13 +226,17 @@ class Node:
                 self._listeners.remove(fn)
 
     def _on_events(self, events: deque[Event], now: float) -> None:
-        core, proto = self._core, self._proto
+        receive = self._core.receive
         take = events.popleft  # taken before handling: see driver.EventHandler
-        while events:
-            ev = take()
-            if type(ev) is Delivered:
-                proto.consumed(len(ev.payload))  # the core's credits bound what it keeps
-                core.receive(ev.source, ev.payload, now)
+        nbytes = 0
+        try:
+            while events:
+                ev = take()
+                if type(ev) is Delivered:
+                    nbytes += len(ev.payload)
+                    receive(ev.source, ev.payload, now)
+        finally:
+            self._proto.consumed(nbytes)  # the core's credits bound what it keeps
 
     def _on_turn(self, now: float) -> None:
         t = self._core.next_timer()
@@ -249,7 +253,10 @@ class Node:
         if out:
             self._outbox.extend(out)
         outbox = self._outbox
-        send = self._proto.send
+        proto = self._proto
+        if not outbox or not (proto.can_send(outbox[0][0]) or proto.closing):
+            return  # a full window: an ACK's turn pumps again (no WouldBlock raised per send)
+        send = proto.send
         while outbox:
             dst, data = outbox[0]
             try:
@@ -362,27 +369,38 @@ class Socket:
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
-        deadline = _deadline(timeout)
-        drv = self.node._driver
-        core = self._core
-        with drv.lock:
-            while True:
-                core.node.now = time.monotonic()
-                got = core.try_recv()
-                if got is not None:
-                    self.node._after_call()
-                    return ReceivedMessage(got.payload, SocketId(*got.source), got.topic)
-                self._check_open()
-                if timeout == 0:
-                    raise WouldBlock(f"nothing to receive on {self.id.tag!r}")
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise Timeout(f"recv on {self.id.tag!r} timed out")
-                drv.wait(left)
+        got = self._recv(timeout)
+        return ReceivedMessage(got.payload, SocketId(*got.source), got.topic)
 
     def recv(self, timeout: float | None = None) -> bytes:
         """The next message's payload."""
-        return self.recv_msg(timeout).payload
+        return self._recv(timeout).payload
+
+    def _recv(self, timeout: float | None) -> Received:
+        if timeout is not None and timeout < 0:
+            raise UsageError("timeout must be >= 0 or None")
+        drv = self.node._driver
+        core = self._core
+        deadline = -1.0  # set on the first wait: a message already there costs no clock read
+        with drv.lock:
+            while True:
+                now = time.monotonic()
+                core.node.now = now
+                got = core.try_recv()
+                if got is not None:
+                    self.node._after_call()
+                    return got
+                self._check_open()
+                left = None
+                if timeout is not None:
+                    if timeout == 0:
+                        raise WouldBlock(f"nothing to receive on {self.id.tag!r}")
+                    if deadline < 0:
+                        deadline = now + timeout
+                    left = deadline - now
+                    if left <= 0:
+                        raise Timeout(f"recv on {self.id.tag!r} timed out")
+                drv.wait(left)
 
     def subscribe(self, topic: bytes | str) -> None:
         """SUB: receive messages whose topic starts with ``topic`` (b"" = everything)."""

@@ -61,6 +61,8 @@ class NodeHost:
 
     def pump(self, now: float) -> None:
         self.outbox.extend(self.core.take_output())
+        if self.outbox and not self.proto.can_send(self.outbox[0][0]):
+            return  # a full window (or closing): no WouldBlock raised per message
         while self.outbox:
             dst, data = self.outbox[0]
             try:
