@@ -3,6 +3,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def test_help_lists_commands() -> None:
     out = subprocess.run(
@@ -10,3 +12,20 @@ def test_help_lists_commands() -> None:
     ).stdout
     for name in ("demo", "bench", "chaos", "audit"):
         assert name in out
+
+
+def test_bench_placement_pins_each_side() -> None:
+    """``spread`` puts the two benchmark processes on two CPUs, ``shared`` on one."""
+    import os
+
+    from a3m.benchmarks.procs import cpus_for
+
+    usable = sorted(os.sched_getaffinity(0))
+    rx, tx = cpus_for("spread")
+    if len(usable) >= 2:
+        assert rx == {usable[0]} and tx == {usable[1]}
+    rx, tx = cpus_for("shared")
+    assert rx == tx == {usable[0]}
+    assert cpus_for("free") == (None, None)
+    with pytest.raises(ValueError):
+        cpus_for("anywhere")

@@ -140,8 +140,9 @@ def test_cli_measure_then_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     calls: list[tuple[str, int, int]] = []
 
     def fake_run_bench(name: str, size: int, messages: int, progress: Any,
-                       baselines: bool = True) -> dict[str, Any]:
+                       baselines: bool = True, placement: str = "free") -> dict[str, Any]:
         calls.append((name, size, messages))
+        assert placement == "spread"  # the CLI's default
         return latency(size=size, messages=messages, round_trips=messages)
 
     monkeypatch.setattr(registry, "run_bench", fake_run_bench)

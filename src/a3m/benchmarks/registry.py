@@ -45,14 +45,15 @@ def machine() -> dict[str, Any]:
 
 
 def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _: None,
-              baselines: bool = True) -> dict[str, Any]:
-    """Measure one workload and, in the same run, its baselines."""
+              baselines: bool = True, placement: str = "free") -> dict[str, Any]:
+    """Measure one workload and, in the same run and placement, its baselines."""
     wl = WORKLOADS[name]
     params = {"messages": messages, "size": size}
     t0 = time.perf_counter()
-    progress(f"{name}: A3M, {messages} x {size} B")
-    rx, tx = run_pair(wl.receiver, wl.sender, params)
-    result: dict[str, Any] = {"workload": name, "size": size, "messages": messages}
+    progress(f"{name}: A3M, {messages} x {size} B, placement {placement}")
+    rx, tx = run_pair(wl.receiver, wl.sender, params, placement=placement)
+    result: dict[str, Any] = {"workload": name, "size": size, "messages": messages,
+                              "placement": placement}
     if wl.metric == "latency":  # the client (sender role) measured the round trips
         result.update({k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "max_us",
                                           "round_trips")})
@@ -71,7 +72,7 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
             n = messages if bname != "pynng" else min(messages, 50_000)  # NNG is ~20 k msg/s
             progress(f"{name}: baseline {bname}, {n} x {size} B")
             try:
-                r, t = run_pair(brx, btx, {"messages": n, "size": size})
+                r, t = run_pair(brx, btx, {"messages": n, "size": size}, placement=placement)
             except WorkerFailed as exc:
                 base[bname] = {"error": str(exc)}
                 continue

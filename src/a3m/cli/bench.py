@@ -20,6 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
     p.add_argument("--messages", type=int, default=200_000, help="messages (default 200000)")
     p.add_argument("--no-baselines", action="store_true", help="measure A3M only")
+    p.add_argument("--placement", choices=("spread", "shared", "free"), default="spread",
+                   help="where the two processes run, the same for every system: spread "
+                        "(default: receiver on one CPU, sender on another, like two hosts), "
+                        "shared (both on one CPU), free (the scheduler decides, which moves "
+                        "a round trip's latency 2-3x between runs)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--plot", metavar="FILE.png",
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
     result = run_bench(args.workload, args.size, args.messages, progress,
-                       baselines=not args.no_baselines)
+                       baselines=not args.no_baselines, placement=args.placement)
     text = json.dumps(result, indent=None if args.json else 2)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
@@ -108,7 +113,8 @@ def _table(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"a3m bench {result['workload']} ({result['size']} B)")
+    table = Table(title=f"a3m bench {result['workload']} ({result['size']} B, "
+                        f"placement {result.get('placement', 'free')})")
     table.add_column("system")
     metric = "p50_us" if "p50_us" in result else "msgs_per_s"
     table.add_column(metric, justify="right")
