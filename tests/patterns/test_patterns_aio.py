@@ -568,6 +568,26 @@ async def respondent_send_without_survey(nodes: Nodes, api: Api) -> None:
     await api.send(r, b"unasked")
 
 
+async def recv_times_out(nodes: Nodes, api: Api) -> None:
+    _, pull = await pair_of(nodes, a3m.PUSH, a3m.PULL)
+    await api.recv(pull, timeout=0.1)
+
+
+async def recv_timeout_zero_would_block(nodes: Nodes, api: Api) -> None:
+    _, pull = await pair_of(nodes, a3m.PUSH, a3m.PULL)
+    await api.recv(pull, timeout=0)
+
+
+async def send_timeout_zero_would_block(nodes: Nodes, api: Api) -> None:
+    push = nodes[0].socket(a3m.PUSH, "lonely")  # no link: no credit
+    await api.send(push, b"x", timeout=0)
+
+
+async def negative_timeout(nodes: Nodes, api: Api) -> None:
+    _, pull = await pair_of(nodes, a3m.PUSH, a3m.PULL)
+    await api.recv(pull, timeout=-1)
+
+
 async def send_not_bytes(nodes: Nodes, api: Api) -> None:
     push, _ = await pair_of(nodes, a3m.PUSH, a3m.PULL)
     await api.send(push, "text")
@@ -602,6 +622,10 @@ MISUSE: list[tuple[Callable[[Nodes, Api], Awaitable[None]], type[Exception], str
     (surveyor_recv_without_survey, a3m.UsageError, "no survey under way"),
     (surveyor_recv_after_the_deadline_was_reported, a3m.UsageError, "no survey under way"),
     (respondent_send_without_survey, a3m.UsageError, "no survey to answer"),
+    (recv_times_out, a3m.Timeout, "timed out"),
+    (recv_timeout_zero_would_block, a3m.WouldBlock, "nothing to receive"),
+    (send_timeout_zero_would_block, a3m.WouldBlock, "cannot send now"),
+    (negative_timeout, a3m.UsageError, "timeout must be >= 0"),
     (send_not_bytes, a3m.UsageError, "bytes"),
     (send_too_large, a3m.MessageTooLarge, "byte"),
     (send_on_a_closed_socket, a3m.Closed, "closed"),

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from a3m.errors import Timeout, WouldBlock
+from a3m.errors import Timeout, UsageError, WouldBlock
 from a3m.runtime import node as _sync
 from a3m.runtime.node import POLLIN, POLLOUT, ReceivedMessage, SocketId
 
@@ -77,7 +77,13 @@ class Node:
                 fut.set_result(None)
 
     async def _retry(self, attempt: Callable[[], T], timeout: float | None, what: str) -> T:
-        """Call ``attempt`` (which raises WouldBlock when it must wait) until it succeeds."""
+        """Call ``attempt`` (which raises WouldBlock when it must wait) until it succeeds.
+
+        Timeouts mean what they mean in the blocking API: ``None`` waits for ever, ``0`` never
+        waits (``WouldBlock``, as the attempt raised it), a negative one is a ``UsageError``,
+        and one that passes raises ``Timeout("<what> timed out")``."""
+        if timeout is not None and timeout < 0:
+            raise UsageError("timeout must be >= 0 or None")
         self._loop = asyncio.get_running_loop()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -86,7 +92,12 @@ class Node:
             try:
                 result = attempt()
             except WouldBlock:
-                pass
+                if timeout == 0:
+                    self._waiters.discard(fut)
+                    raise
+            except BaseException:
+                self._waiters.discard(fut)
+                raise
             else:
                 self._waiters.discard(fut)
                 return result
@@ -133,10 +144,12 @@ class Socket:
         self.sync.set_option(name, value)
 
     async def send(self, data: bytes, timeout: float | None = None, **kw: Any) -> None:
-        await self.node._retry(lambda: self.sync.send(data, timeout=0, **kw), timeout, "send")
+        await self.node._retry(lambda: self.sync.send(data, timeout=0, **kw), timeout,
+                               f"send on {self.id.tag!r}")
 
     async def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
-        return await self.node._retry(lambda: self.sync.recv_msg(timeout=0), timeout, "recv")
+        return await self.node._retry(lambda: self.sync.recv_msg(timeout=0), timeout,
+                                      f"recv on {self.id.tag!r}")
 
     async def recv(self, timeout: float | None = None) -> bytes:
         return (await self.recv_msg(timeout)).payload
@@ -154,7 +167,7 @@ class Socket:
 
         try:
             return await self.node._retry(attempt, timeout, "wait_linked")
-        except Timeout:
+        except (Timeout, WouldBlock):  # False when the timeout passes, as in the blocking API
             return False
 
     async def close(self, timeout: float | None = None) -> bool:
