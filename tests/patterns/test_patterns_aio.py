@@ -549,6 +549,11 @@ async def router_send_to_a_route_that_went_away(nodes: Nodes, api: Api) -> None:
     await api.send(router, b"x", to=dealer.id)
 
 
+async def router_send_to_a_malformed_route(nodes: Nodes, api: Api) -> None:
+    _, router = await pair_of(nodes, a3m.DEALER, a3m.ROUTER)
+    await api.send(router, b"x", to=42)
+
+
 async def surveyor_recv_without_survey(nodes: Nodes, api: Api) -> None:
     sv, _ = await pair_of(nodes, a3m.SURVEYOR, a3m.RESPONDENT)
     await api.recv(sv)
@@ -619,6 +624,7 @@ MISUSE: list[tuple[Callable[[Nodes, Api], Awaitable[None]], type[Exception], str
     (router_send_without_to, a3m.UsageError, "needs to="),
     (router_send_to_an_unknown_route, a3m.SocketNotLinked, "no route"),
     (router_send_to_a_route_that_went_away, a3m.SocketNotLinked, "no route"),
+    (router_send_to_a_malformed_route, a3m.UsageError, "routing id"),
     (surveyor_recv_without_survey, a3m.UsageError, "no survey under way"),
     (surveyor_recv_after_the_deadline_was_reported, a3m.UsageError, "no survey under way"),
     (respondent_send_without_survey, a3m.UsageError, "no survey to answer"),

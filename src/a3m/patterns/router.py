@@ -26,11 +26,15 @@ class Router(SocketCore):
     def pattern_send(self, payload: bytes, to: Any = None, **kw: Any) -> bool:
         if to is None:
             raise UsageError("ROUTER.send needs to=<routing id> (a peer SocketId)")
-        peer = (str(to[0]), str(to[1])) if isinstance(to, tuple) else None
-        if isinstance(to, str) and "/" in to:
+        if isinstance(to, tuple) and len(to) == 2:
+            peer = (str(to[0]), str(to[1]))
+        elif isinstance(to, str) and "/" in to:
             node, tag = to.rsplit("/", 1)
             peer = (node, tag)
-        link = self.links.get(peer) if peer is not None else None
+        else:
+            raise UsageError(f"ROUTER: a routing id is a SocketId, (node, tag) or 'node/tag', "
+                             f"not {to!r}")
+        link = self.links.get(peer)
         if link is None or not link.established:
             raise SocketNotLinked(f"ROUTER: no route to {to!r}")
         if not link.can_send:
