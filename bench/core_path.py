@@ -5,7 +5,8 @@ application sends a burst, its datagrams are handed over, the receiver's applica
 every message, its datagrams (ACKs, slots, credits) go back. Prints microseconds per message
 spent on each side. ``--profile sender|receiver`` prints a cProfile of that side instead.
 
-Usage: python bench/core_path.py [--messages N] [--size B] [--profile sender|receiver]
+Usage: python bench/core_path.py [--messages N] [--size B] [--pattern push/pull|pub/sub|pair/pair]
+       [--profile sender|receiver]
 """
 
 from __future__ import annotations
@@ -22,20 +23,24 @@ from a3m.testing.sim_node import NodeHost
 ADDR = {"tx": ("127.0.0.1", 1), "rx": ("127.0.0.1", 2)}
 
 
-def build(capacity: int) -> tuple[NodeHost, NodeHost, object, object]:
+def build(capacity: int, pattern: str) -> tuple[NodeHost, NodeHost, object, object]:
     rng = Random(1)
     cfg = ExonConfig(max_datagram_size=65000)
     tx, rx = NodeHost("tx", rng, cfg), NodeHost("rx", rng, cfg)
     tx.proto.associate("rx", ADDR["rx"])
     rx.proto.associate("tx", ADDR["tx"])
-    pull = rx.core.create("PULL", "sink", capacity=capacity)
-    push = tx.core.create("PUSH", "source")
+    tx_kind, rx_kind = pattern.upper().split("/")
+    pull = rx.core.create(rx_kind, "sink", capacity=capacity)
+    if rx_kind == "SUB":
+        pull.subscribe(b"")  # type: ignore[attr-defined]
+    push = tx.core.create(tx_kind, "source")
     push.link(("rx", "sink"), 0.0)
     return tx, rx, push, pull
 
 
-def run(messages: int, size: int, capacity: int, profile: str | None) -> dict[str, float]:
-    tx, rx, push, pull = build(capacity)
+def run(messages: int, size: int, capacity: int, profile: str | None,
+        pattern: str = "push/pull") -> dict[str, float]:
+    tx, rx, push, pull = build(capacity, pattern)
     now = 0.0
     cost = {"tx": 0.0, "rx": 0.0}
     prof = cProfile.Profile() if profile else None
@@ -100,9 +105,10 @@ def main() -> None:
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--capacity", type=int, default=4096)
     p.add_argument("--profile", choices=("sender", "receiver"))
+    p.add_argument("--pattern", default="push/pull", choices=("push/pull", "pub/sub", "pair/pair"))
     a = p.parse_args()
     prof = {"sender": "tx", "receiver": "rx"}.get(a.profile or "")
-    r = run(a.messages, a.size, a.capacity, prof)
+    r = run(a.messages, a.size, a.capacity, prof, a.pattern)
     print({k: round(v, 3) for k, v in r.items()})
 
 

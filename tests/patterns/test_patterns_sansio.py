@@ -209,6 +209,29 @@ def test_pub_sub_prefixes_overlap_once_and_late_subscribe() -> None:
     assert recv_all(s1) == [] and recv_all(s2) == [b"sun"]
 
 
+def test_sub_messages_left_by_a_closed_publisher_keep_their_topic() -> None:
+    """Messages queued on a link that closes (the PUB went away after publishing) are still
+    delivered, unwrapped as usual (found: they came out with the topic framing, topic None),
+    and the PUB's target cache follows subscriptions and links."""
+    p = Pipe("a", "b")
+    pub = p.nodes["a"].create("PUB", "pub")
+    sub = p.nodes["b"].create("SUB", "sub")
+    sub.subscribe(b"t")
+    sub.link(("a", "pub"), p.now)
+    p.run()
+    assert pub.try_send(b"one", topic=b"t1")
+    assert pub.try_send(b"skip", topic=b"u")  # not subscribed: never sent
+    sub.subscribe(b"u")
+    p.run()
+    assert pub.try_send(b"two", topic=b"u")  # the cached targets of b"u" were refreshed
+    pub.close(p.now)
+    p.run()
+    assert not sub.links and len(sub.orphans) == 2
+    got = [sub.try_recv() for _ in range(2)]
+    assert [(g.payload, g.topic) for g in got if g] == [(b"one", b"t1"), (b"two", b"u")]
+    assert sub.try_recv() is None
+
+
 def test_pub_is_synchronised_to_the_slowest_subscriber() -> None:
     p = Pipe("a", "b", "c")
     pub = p.nodes["a"].create("PUB", "pub")

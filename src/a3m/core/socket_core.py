@@ -139,24 +139,14 @@ class SocketCore:
 
     def choose_recv(self) -> Received | None:
         """The next message for the application; default: fair round robin over links."""
-        ring = self._ring if self._ring is not None else self.link_ring()
-        n = len(ring)
-        if n == 1:
-            link = ring[0]
-            if not link.inq:
-                return None
-            payload = link.inq.popleft()
-            self.delivered_from(link)
-            return Received(payload, link.peer)
-        start = self._rr_recv
-        for i in range(n):
-            link = ring[(start + i) % n]
-            if link.inq:
-                self._rr_recv = (start + i + 1) % n
-                payload = link.inq.popleft()
-                self.delivered_from(link)
-                return Received(payload, link.peer)
-        return None
+        got = self.next_from_links()
+        return None if got is None else Received(got[1], got[0].peer)
+
+    def orphan(self, received: Received) -> Received | None:
+        """A message that arrived on a link that has closed since, as the application will
+        get it: a pattern that frames its payloads unwraps it here as in :meth:`choose_recv`
+        (None: not for the application after all)."""
+        return received
 
     def pattern_can_send(self) -> bool:
         """Whether a send would find a link now (used for POLLOUT)."""
@@ -205,6 +195,28 @@ class SocketCore:
         if size > self.node.max_message_size:
             raise MessageTooLarge(f"a {size}-byte message > max_message_size "
                                   f"{self.node.max_message_size}")
+
+    def next_from_links(self) -> tuple[Link, bytes] | None:
+        """Take the next queued DATA payload, fair round robin over links, and return its
+        credit (:meth:`delivered_from`): the building block of :meth:`choose_recv`."""
+        ring = self._ring if self._ring is not None else self.link_ring()
+        n = len(ring)
+        if n == 1:
+            link = ring[0]
+            if not link.inq:
+                return None
+            payload = link.inq.popleft()
+            self.delivered_from(link)
+            return link, payload
+        start = self._rr_recv
+        for i in range(n):
+            link = ring[(start + i) % n]
+            if link.inq:
+                self._rr_recv = (start + i + 1) % n
+                payload = link.inq.popleft()
+                self.delivered_from(link)
+                return link, payload
+        return None
 
     def delivered_from(self, link: Link) -> None:
         """Call when the application took a message from ``link`` (returns credits)."""
@@ -288,9 +300,12 @@ class SocketCore:
     def try_recv(self) -> Received | None:
         if not self.receives:
             raise UsageError(f"a {self.kind} socket cannot receive")
-        if self.orphans:
-            self.stats["delivered"] += 1
-            return self.orphans.popleft()
+        orphans = self.orphans
+        while orphans:
+            got = self.orphan(orphans.popleft())
+            if got is not None:
+                self.stats["delivered"] += 1
+                return got
         return self.choose_recv()
 
     @property

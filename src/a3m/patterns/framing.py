@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from a3m.core.link import Link
+from a3m.core.message import DATA_OVERHEAD_MAX
 from a3m.core.socket_core import SocketCore
 
 ID = struct.Struct(">I")
@@ -39,10 +40,12 @@ def split_topic(payload: bytes) -> tuple[bytes, bytes] | None:
 def send_to_all(sock: SocketCore, links: list[Link], payload: bytes) -> bool:
     """Synchronised fan-out: send to every link in ``links`` or, if one of them has no credit,
     to none (the slowest peer sets the pace: under exactly-once nothing may be dropped)."""
-    if any(not lk.can_send for lk in links):
-        return False
     for lk in links:
-        sock.check_size(lk, payload)  # all or none: a message too large for one goes to none
+        if not lk.can_send:
+            return False
+    if len(payload) > sock.node.max_message_size - DATA_OVERHEAD_MAX:
+        for lk in links:  # all or none: a message too large for one link goes to none
+            sock.check_size(lk, payload)
     for lk in links:
         sock.send_on(lk, payload)
     return True
