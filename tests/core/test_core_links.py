@@ -269,6 +269,33 @@ def test_credits_returned_in_batches_on_delivery() -> None:
     assert p.types("b").count("FLOW") == 1
 
 
+def test_no_credits_returned_once_the_peer_unlinked() -> None:
+    """After the peer's UNLINK (its goal is fixed: it sends no more DATA) reading the rest
+    returns no credits: a FLOW then would only keep this node's close waiting on a peer that
+    may have gone (seen: `a3m chaos pushpull` ran 10 s longer in one run of three)."""
+    p = Pipe("a", "b")
+    push, pull = pushpull(p, capacity=8)
+    push.link(B, p.now)
+    p.run()
+    p.hold = lambda src, dst, msg: msg.type == m.DATA and msg.seq == 8  # the last is late
+    for _ in range(8):
+        assert push.try_send(b"x")
+    p.run()
+    pull.try_recv()
+    pull.try_recv()  # a batch: one FLOW while the link is established
+    p.run()
+    assert p.types("b").count("FLOW") == 1
+    push.unlink(B, p.now)
+    p.run()
+    assert pull.link_state(A) is State.UNLINKING  # waits for DATA 8, its delivery goal
+    assert len(drain(pull)) == 5  # two batches' worth, read while unlinking
+    p.run()
+    assert p.types("b").count("FLOW") == 1
+    p.hold = None
+    p.release()
+    assert drain(pull) == [b"x"] and not push.links and not pull.links
+
+
 def test_capacity_lowered_below_held_credits_uses_the_loan() -> None:
     p = Pipe("a", "b")
     push, pull = pushpull(p, capacity=10)

@@ -222,7 +222,9 @@ class SocketCore:
         """Call when the application took a message from ``link`` (returns credits)."""
         self.stats["delivered"] += 1
         flow = link.recv.on_delivered()
-        if flow is not None and link.state is not State.CLOSED:
+        # Credits are useless once the peer unlinked (its goal is fixed: it sends no more
+        # DATA); such a FLOW would only keep this node waiting for a peer that may be gone.
+        if flow is not None and link.state is not State.CLOSED and link.peer_goal is None:
             self._send_flow(link, flow)
 
     def link_ring(self) -> list[Link]:
