@@ -437,6 +437,25 @@ def test_aio_waiting_recv_gets_closed_when_its_socket_closes() -> None:
     run(main)
 
 
+def test_aio_req_closed_while_a_task_awaits_its_reply_gets_closed() -> None:
+    """Closing one's own REQ is not its REP going away: the waiting task gets Closed."""
+    async def main() -> None:
+        async with cluster(2) as (srv, cli):
+            rep = srv.socket(a3m.REP, "rep")
+            req = cli.socket(a3m.REQ, "req")
+            req.link(rep.id)
+            assert await req.wait_linked(timeout=10)
+            await req.send(b"q", timeout=OP_S)
+            assert await rep.recv(timeout=OP_S) == b"q"
+            waiting = asyncio.create_task(req.recv(timeout=OP_S))
+            await asyncio.sleep(0.05)
+            assert await req.close(timeout=5)
+            with pytest.raises(a3m.Closed):
+                await waiting
+
+    run(main)
+
+
 # ---------------------------------------------------------------------------- misuse, both APIs
 
 

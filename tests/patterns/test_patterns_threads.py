@@ -475,3 +475,52 @@ def test_bus_each_node_thread_sends_and_receives_with_a_poller(cluster: Cluster)
         assert set(per_sender) == set(range(len(buses))) - {me}  # never its own messages
         for k, idx in per_sender.items():
             assert idx == list(range(per)), f"bus {me} from {k}"
+
+
+# ---------------------------------------------------------------------------- closing under a thread
+
+
+def test_a_thread_waiting_on_a_socket_another_thread_closes_gets_closed(
+        cluster: Cluster) -> None:
+    """A thread blocked in recv (REQ awaiting its reply, REP, PULL, a SURVEYOR mid-survey) or
+    in send (PUSH with no link) gets Closed when another thread closes that socket; a REQ
+    closed with its request unanswered is not told that its REP "went away"."""
+    a, b = cluster(2)
+    rep = b.socket(a3m.REP, "rep")
+    req = a.socket(a3m.REQ, "req")
+    req.link(rep.id)
+    assert req.wait_linked(timeout=10)
+    req.send(b"q", timeout=OP_S)
+    assert rep.recv(timeout=OP_S) == b"q"
+    sv = a.socket(a3m.SURVEYOR, "sv", survey_time_s=30.0)
+    sv.send(b"anyone?", timeout=OP_S)
+    push = a.socket(a3m.PUSH, "push")
+    idle_rep = b.socket(a3m.REP, "idle-rep")
+    pull = a.socket(a3m.PULL, "pull")
+    waits: list[tuple[a3m.Socket, Callable[[], object]]] = [
+        (req, lambda: req.recv(timeout=OP_S)),
+        (idle_rep, lambda: idle_rep.recv(timeout=OP_S)),
+        (pull, lambda: pull.recv(timeout=OP_S)),
+        (sv, lambda: sv.recv(timeout=OP_S)),
+        (push, lambda: push.send(b"x", timeout=OP_S)),
+    ]
+    for sock, op in waits:
+        outcome: list[BaseException] = []
+        started = threading.Event()
+
+        def wait(op: Callable[[], object] = op, outcome: list[BaseException] = outcome,
+                 started: threading.Event = started) -> None:
+            started.set()
+            try:
+                op()
+            except BaseException as exc:  # the outcome is checked below
+                outcome.append(exc)
+
+        t = threading.Thread(target=wait, daemon=True)
+        t.start()
+        assert started.wait(5)
+        time.sleep(0.1)  # let it block (if it has not yet, it finds the socket closed)
+        assert sock.close(timeout=5)
+        t.join(OP_S + 5)
+        assert not t.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], a3m.Closed), (sock, outcome)

@@ -56,8 +56,9 @@ class Req(SocketCore):
     def on_link_removed(self, link: Link) -> None:
         if self._outstanding is not None and self._outstanding[0] is link:
             self._outstanding = None
-            self._failed = (f"the REP peer {link.peer[0]}/{link.peer[1]} went away with the "
-                            "request unanswered")
+            if not self.closed:  # closing this REQ is not its REP going away: recv says Closed
+                self._failed = (f"the REP peer {link.peer[0]}/{link.peer[1]} went away with "
+                                "the request unanswered")
 
     def choose_recv(self) -> Received | None:
         if self._reply is not None:
@@ -66,7 +67,7 @@ class Req(SocketCore):
         if self._failed is not None:
             why, self._failed = self._failed, None
             raise LinkError(why)
-        if self._outstanding is None:
+        if self._outstanding is None and not self.closed:  # closed: the runtime says Closed
             raise UsageError("REQ: no request outstanding; send one first")
         return None
 
