@@ -675,3 +675,29 @@ def test_misuse_raises_the_same_error_through_both_apis(
     assert seen[True] == seen[False]  # same class, same message
     if error is a3m.Timeout:
         assert issubclass(seen[False][0], TimeoutError)
+
+
+def test_aio_a_cancelled_recv_loses_nothing_and_a_cancelled_send_sends_nothing() -> None:
+    async def main() -> None:
+        async with cluster(2) as (x, y):
+            pull = y.socket(a3m.PULL, "in", capacity=1)
+            push = x.socket(a3m.PUSH, "out")
+            push.link(pull.id)
+            assert await push.wait_linked(timeout=10)
+            waiting = asyncio.create_task(pull.recv(timeout=OP_S))
+            await asyncio.sleep(0.05)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await push.send(b"first", timeout=OP_S)  # takes the one credit
+            blocked = asyncio.create_task(push.send(b"never", timeout=OP_S))
+            await asyncio.sleep(0.1)
+            assert not blocked.done()  # no credit: it waits
+            blocked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await blocked
+            assert await pull.recv(timeout=OP_S) == b"first"
+            with pytest.raises(a3m.Timeout):
+                await pull.recv(timeout=0.3)  # the cancelled send did not happen
+
+    run(main)

@@ -524,3 +524,41 @@ def test_a_thread_waiting_on_a_socket_another_thread_closes_gets_closed(
         t.join(OP_S + 5)
         assert not t.is_alive()
         assert len(outcome) == 1 and isinstance(outcome[0], a3m.Closed), (sock, outcome)
+
+
+def test_req_sends_again_after_its_rep_went_away_and_a_poller_spans_nodes(
+        cluster: Cluster) -> None:
+    """One thread polls the REPs of two nodes with one Poller and serves whichever has a
+    request; when the REP holding a request closes, the REQ's recv raises LinkError and its
+    next request goes to the REP left."""
+    client, s1, s2 = cluster(3)
+    reps = [s.socket(a3m.REP, "rep") for s in (s1, s2)]
+    req = client.socket(a3m.REQ, "req")
+    for r in reps:
+        req.link(r.id)
+    for r in reps:
+        assert req.wait_linked(r.id, timeout=10)
+    poller = a3m.Poller()
+    for r in reps:
+        poller.register(r, a3m.POLLIN)
+    req.send(b"first", timeout=OP_S)
+    ready = poller.poll(timeout=OP_S)
+    assert len(ready) == 1 and ready[0][1] == a3m.POLLIN
+    holder = ready[0][0]
+    assert holder.recv(timeout=0) == b"first"
+    assert holder.close(timeout=5)
+    with pytest.raises(a3m.LinkError, match="went away"):
+        req.recv(timeout=OP_S)
+    poller.unregister(holder)
+    crew = Crew()
+
+    def serve(n: int) -> None:
+        for _ in range(n):
+            (sock, ev), = poller.poll(timeout=OP_S)
+            sock.send(b"re:" + sock.recv(timeout=0), timeout=OP_S)
+
+    crew.start(serve, 5)
+    for i in range(5):
+        req.send(b"again %d" % i, timeout=OP_S)
+        assert req.recv(timeout=OP_S) == b"re:again %d" % i
+    crew.join()
