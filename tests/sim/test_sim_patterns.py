@@ -1,6 +1,6 @@
 """The socket patterns between whole nodes (Exon + core) on the deterministic simulator, under
-loss, duplication, reordering and delay: REQ/REP, PUB/SUB, DEALER/ROUTER, BUS and
-SURVEYOR/RESPONDENT each deliver exactly what their pattern promises, exactly once.
+loss, duplication, reordering and delay: REQ/REP, PUB/SUB, DEALER/ROUTER, BUS,
+SURVEYOR/RESPONDENT and PAIR each deliver exactly what their pattern promises, exactly once.
 
 Each test runs three fault cases, each with its own default seed; with ``A3M_SIM_SEED=<n>``
 every case runs on seed ``n`` (the seed a failure names: replay it with ``-k <test id>``).
@@ -16,6 +16,7 @@ from random import Random
 
 import pytest
 
+from a3m.core import link as L
 from a3m.core.socket_core import SocketCore
 from a3m.errors import LinkError, SocketNotLinked, Timeout, UsageError
 from a3m.exon import ExonConfig
@@ -337,6 +338,74 @@ def test_bus_every_peer_hears_every_message_once(case: tuple[str, int, LinkModel
             expect = [] if src == b else [b"%s:%d" % (src.encode(), i) for i in range(m)]
             assert mine == expect, (b, src)
     count(net, len(names) * total)
+
+
+# ---------------------------------------------------------------------------- PAIR
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_pair_one_peer_at_a_time_each_message_once_in_order(
+        case: tuple[str, int, LinkModel]) -> None:
+    """A PAIR on p0; p1 links first, p2 is refused ("link limit reached", non-fatal) and keeps
+    retrying. p0 and p1 exchange messages both ways; then p1 closes its socket, p2 links and
+    exchanges the same with p0. Each direction arrives exactly once and in order, and p0's
+    messages reach only the peer linked when they were sent."""
+    net = network(case, 6)
+    h = cluster(net, "p0", "p1", "p2")
+    pair = {n: h[n].core.create("PAIR", "p", capacity=32, retry_base_s=0.05, retry_max_s=0.5)
+            for n in h}
+    m = 600
+    sent: dict[str, int] = {"p0>p1": 0, "p0>p2": 0, "p1": 0, "p2": 0}
+    heard: dict[str, list[tuple[str, bytes]]] = {n: [] for n in h}
+    refused: set[int] = set()  # refusal codes seen by p1 or p2
+
+    def hub(host: NodeHost, now: float) -> None:
+        sock = pair["p0"]
+        links = sock.established_links()
+        if links:
+            key = "p0>" + links[0].peer[0]
+            while sent[key] < m and sock.try_send(b"%s:%d" % (key.encode(), sent[key])):
+                sent[key] += 1
+        while (r := sock.try_recv()) is not None:
+            heard["p0"].append((r.source[0], r.payload))
+
+    def peer(name: str) -> App:
+        sock = pair[name]
+
+        def app(host: NodeHost, now: float) -> None:
+            code = sock.refusals.get(("p0", "p"))
+            if code is not None:
+                refused.add(code)
+            if sock.closed:
+                return
+            if linked_to(sock, 1):
+                while sent[name] < m and sock.try_send(b"%s:%d" % (name.encode(), sent[name])):
+                    sent[name] += 1
+            while (r := sock.try_recv()) is not None:
+                heard[name].append((r.source[0], r.payload))
+            if name == "p1" and sent["p1"] == m and len(heard["p1"]) == m:
+                sock.close(now)  # graceful: what p1 sent is still delivered
+        return app
+
+    h["p0"].app = hub
+    for n in ("p1", "p2"):
+        h[n].app = peer(n)
+    pair["p1"].link(("p0", "p"), 0.0)
+    start(net, h)
+    net.run_until(lambda: linked_to(pair["p0"], 1), max_time=600, what="p1 linked")
+    pair["p2"].link(("p0", "p"), net.now)  # refused while p1 holds the one link
+    net.flush("p2")
+    net.run_until(lambda: len(heard["p2"]) >= m and len(heard["p0"]) >= 2 * m,
+                  max_time=3600, what="pair")
+    net.run_for(2.0)
+    for n in h:
+        h[n].app(h[n], net.now)
+    assert L.LINK_LIMIT in refused
+    assert heard["p1"] == [("p0", b"p0>p1:%d" % i) for i in range(m)]
+    assert heard["p2"] == [("p0", b"p0>p2:%d" % i) for i in range(m)]
+    assert heard["p0"] == ([("p1", b"p1:%d" % i) for i in range(m)]
+                           + [("p2", b"p2:%d" % i) for i in range(m)])
+    count(net, 4 * m)
 
 
 # ---------------------------------------------------------------------------- SURVEYOR
