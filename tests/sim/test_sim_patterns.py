@@ -167,6 +167,45 @@ def test_rep_reply_to_a_req_that_went_away_is_a_link_error() -> None:
         rep.try_send(b"answer")
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "no peer liveness: Exon retransmits to a silent node for ever without an event, and a "
+    "core link ends only on the peer's UNLINK or refusal, so Req.on_link_removed never runs "
+    "and REQ.recv waits out its timeout (for ever with None) when its REP's node crashed"))
+def test_req_whose_rep_node_crashed_gets_a_link_error_not_a_hang() -> None:
+    """SPEC 6: "a REQ whose REP goes away gets a clear error, not a hang". Here the REP's
+    node crashes (no UNLINK ever comes) after taking the request: within ten virtual minutes
+    the REQ's recv should raise LinkError. Fixing it needs a signal from Exon that a peer
+    stopped answering (say after N seconds of unacknowledged retransmissions and probes),
+    which the core turns into the link's loss (on_link_removed, as for an unlink)."""
+    net = network(CASES[0], 8)
+    h = cluster(net, "c", "s")
+    rep = h["s"].core.create("REP", "rep")
+    req = h["c"].core.create("REQ", "req")
+    req.link(("s", "rep"), 0.0)
+    start(net, h)
+    net.run_until(lambda: req.is_linked() and rep.is_linked(), max_time=60, what="link")
+    assert req.try_send(b"q")
+    net.flush("c")
+    got: list[bytes] = []
+    h["s"].app = lambda host, now: got.extend(
+        [r.payload] if not got and (r := rep.try_recv()) is not None else [])
+    net.run_until(lambda: bool(got), max_time=60, what="request")
+    net.remove("s")  # the REP's node crashes: no UNLINK, no answer to anything
+    failed: list[BaseException] = []
+
+    def client(host: NodeHost, now: float) -> None:
+        if not failed:
+            try:
+                assert req.try_recv() is None
+            except LinkError as exc:
+                failed.append(exc)
+
+    h["c"].app = client
+    net.run_for(600.0)
+    client(h["c"], net.now)
+    assert failed, "REQ.recv still waits ten minutes after its REP's node crashed"
+
+
 # ---------------------------------------------------------------------------- PUB / SUB
 
 
