@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 
 from a3m.errors import WouldBlock
-from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore, ReceiptReady, wire
+from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore, OutcomeUnknown, ReceiptReady, wire
 
 from .pair import Pair
 
@@ -116,15 +116,19 @@ def test_f5_token_for_a_vanished_record_is_acked_and_sender_goes_idle() -> None:
     p.transfer()
     assert p.delivered("b") == [("a", b"once")]
     assert a.in_flight() == 1
-    # b restarts (its records are gone, its clock persisted): a's retransmission must be
-    # acknowledged (the slot was consumed), never left retransmitting forever.
+    # b crashes and restarts (its records are gone, its clock persisted): a's retransmission
+    # must be resolved, never left retransmitting forever. The new b cannot know whether its
+    # earlier incarnation delivered the token: it answers VOID (never a blind ACK), and a
+    # reports the message as of unknown outcome (here it was in fact delivered, ACK lost).
     del p.nodes["b"]
     p.start("b")
     p.filter = None
     p.advance(5.0)
     assert a.in_flight() == 0
     assert p.delivered("b") == [("a", b"once")]  # the new b delivered nothing again
-    assert p.nodes["b"].stats.duplicates >= 1
+    assert p.nodes["b"].stats.voids_sent >= 1
+    assert [e for e in p.events["a"] if isinstance(e, OutcomeUnknown)] == [
+        OutcomeUnknown("b", b"once", None)]
     p.advance(p.config.idle_release_s + 1)
     assert a.is_idle()
 

@@ -12,7 +12,7 @@ from a3m.exon import ExonProtocol, wire
 
 # Golden vectors: these bytes are the protocol. A change here is a wire-format change.
 GOLDEN = {
-    "header alpha->beta": (wire.encode_header("alpha", "beta"), "010005616c7068610462657461"),
+    "header alpha->beta": (wire.encode_header("alpha", "beta"), "020005616c7068610462657461"),
     "REQSLOTS s=1000 n=64 l=990": (
         wire.encode_reqslots(1000, 64, 990), "0100000000000003e80000004000000000000003de"),
     "SLOTS s=1000 r=7 n=64": (
@@ -25,10 +25,13 @@ GOLDEN = {
     "ACK r=7 [1000..1002] [1005]": (
         wire.encode_ack(7, [(1000, 3), (1005, 1)]),
         "040000000000000007000200000000000003e80000000300000000000003ed00000001"),
+    "VOID r=7": (wire.encode_void(7), "050000000000000007"),
+    "REVOKE r=7": (wire.encode_revoke(7), "060000000000000007"),
+    "REVOKED r=7 held=3": (wire.encode_revoked(7, 3), "07000000000000000700000003"),
 }
 
 DATAGRAM = bytes.fromhex(
-    "010005616c7068610462657461"
+    "020005616c7068610462657461"
     "030000000000000003e8000000000000000700026869"
     "040000000000000007000100000000000003e800000002")
 
@@ -45,6 +48,20 @@ def test_golden_datagram_decodes() -> None:
     assert frames == [(wire.TOKEN, 1000, 7, b"hi", 0, 1, 2), (wire.ACK, 7, ((1000, 2),))]
 
 
+# The restart frames (VOID, REVOKE, REVOKED) in one datagram, `beta` -> `alpha` (also in the doc).
+RESTART_DATAGRAM = bytes.fromhex(
+    "0200046265746105616c706861"
+    "050000000000000007"
+    "060000000000000009"
+    "07000000000000000700000000")
+
+
+def test_golden_restart_datagram_decodes() -> None:
+    src, dst, frames = wire.decode_datagram(RESTART_DATAGRAM)
+    assert (src, dst) == ("beta", "alpha")
+    assert frames == [(wire.VOID, 7), (wire.REVOKE, 9), (wire.REVOKED, 7, 0)]
+
+
 def test_round_trip_every_frame() -> None:
     frames = [
         wire.encode_reqslots(2**63, 2**32 - 1, 5),
@@ -52,6 +69,9 @@ def test_round_trip_every_frame() -> None:
         wire.encode_token(3, 4, b"payload"),
         wire.encode_token(9, 4, b"xy", (0, 2, 4)),
         wire.encode_ack(4, [(1, 1), (10, 5)]),
+        wire.encode_void(2**64 - 1),
+        wire.encode_revoke(0),
+        wire.encode_revoked(12, 2**32 - 1),
     ]
     data = wire.encode_header("n\u00e9", "m") + b"".join(frames)
     src, dst, out = wire.decode_datagram(data)
@@ -62,6 +82,9 @@ def test_round_trip_every_frame() -> None:
         (wire.TOKEN, 3, 4, b"payload", 0, 1, 7),
         (wire.TOKEN, 9, 4, b"xy", 0, 2, 4),
         (wire.ACK, 4, ((1, 1), (10, 5))),
+        (wire.VOID, 2**64 - 1),
+        (wire.REVOKE, 0),
+        (wire.REVOKED, 12, 2**32 - 1),
     ]
 
 
@@ -78,10 +101,19 @@ def test_every_truncation_is_an_error_not_a_crash(cut: int) -> None:
         wire.decode_datagram(data)
 
 
+@pytest.mark.parametrize("cut", [c for c in range(1, len(RESTART_DATAGRAM))
+                                 if c not in (22, 31)])
+def test_every_truncation_of_restart_frames_is_an_error(cut: int) -> None:
+    with pytest.raises(wire.WireError):
+        wire.decode_datagram(RESTART_DATAGRAM[:cut])
+
+
 @pytest.mark.parametrize("bad, kind", [
-    (b"\x02\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version
+    (b"\x01\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 1: refused
+    (b"\x03\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # unknown version
     (b"\x01\x00\x00\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # empty src id
     (wire.encode_header("a", "b") + b"\x09", "malformed"),  # unknown frame type
+    (wire.encode_header("a", "b") + b"\x08" + bytes(12), "malformed"),  # the next type
     (wire.encode_header("a", "b"), "malformed"),  # no frame
     (wire.encode_header("a", "b") + bytes.fromhex("0400000000000000070000"), "malformed"),
     (wire.encode_header("a", "b") + wire.encode_token(1, 1, b"abc", (3, 3, 9)), "malformed"),
@@ -132,7 +164,8 @@ def test_fuzz_mutated_valid_datagrams(mutations: list[tuple[int, int]], cut: int
     wire.encode_reqslots(0, 3, 0), wire.encode_slots(0, 0, 3), wire.encode_slots(5, 0, 0),
     wire.encode_token(0, 0, b"a"), wire.encode_token(1, 0, b"b", (1, 2, 2)),
     wire.encode_token(0, 0, b"b", (0, 2, 2)), wire.encode_ack(0, [(0, 2**32 - 1)]),
-    wire.encode_reqslots(0, 0, 2**63),
+    wire.encode_reqslots(0, 0, 2**63), wire.encode_void(0), wire.encode_void(2**64 - 1),
+    wire.encode_revoke(0), wire.encode_revoked(0, 0), wire.encode_revoked(0, 5),
 ]), min_size=1, max_size=12))
 def test_fuzz_frame_sequences_keep_state_bounded(frames: list[bytes]) -> None:
     proto = ExonProtocol("beta")
@@ -142,3 +175,36 @@ def test_fuzz_frame_sequences_keep_state_bounded(frames: list[bytes]) -> None:
     assert sends == 0 and recvs <= 1
     # Delivered only what a granted, live slot allowed: at most one per distinct slot.
     assert proto.stats.delivered <= 2
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from([
+    wire.encode_slots(0, 0, 3), wire.encode_slots(0, 1, 3), wire.encode_slots(3, 2, 3),
+    wire.encode_void(0), wire.encode_void(1), wire.encode_void(2**64 - 1),
+    wire.encode_revoke(0), wire.encode_revoke(1), wire.encode_revoked(0, 0),
+    wire.encode_ack(0, [(0, 3)]), wire.encode_ack(1, [(0, 2)]), wire.encode_slots(0, 0, 0),
+]), min_size=1, max_size=16))
+def test_fuzz_restart_frames_at_a_sender_never_lose_track(frames: list[bytes]) -> None:
+    """Hostile VOID/REVOKE/SLOTS/ACK sequences at a node with messages in flight: never a
+    crash, and every message stays accounted for (in flight, acknowledged or reported)."""
+    from a3m.exon.events import OutcomeUnknown, ReceiptReady
+
+    proto = ExonProtocol("beta")
+    rids = [proto.send("alpha", b"m%d" % i, 0.0, receipt=True) for i in range(3)]
+    rids.append(proto.send("alpha", b"L" * 5000, 0.0, receipt=True))  # fragmented
+    proto.associate("alpha", ("10.0.0.9", 1))
+    for f in frames:
+        proto.receive_datagram(wire.encode_header("alpha", "beta") + f, ("10.0.0.9", 1), 1.0)
+    proto.handle_timer(2.0)
+    proto.datagrams_to_send(2.0)
+    done = {e.receipt_id for e in proto.drain_events()
+            if isinstance(e, (ReceiptReady, OutcomeUnknown))}
+    rec = proto._sr.get("alpha")
+    pending = set()
+    if rec is not None:
+        for tok in rec.tokens.values():
+            pending.add(tok[2] if isinstance(tok[2], int) else tok[2].rid)
+        for item in rec.queue:
+            pending.add(item[2] if isinstance(item[2], int) else item[2].rid)
+    assert set(rids) <= done | pending
+    assert proto.in_flight() == (len(rec.tokens) + len(rec.queue) if rec is not None else 0)

@@ -45,6 +45,11 @@ class ExonConfig:
     recv_buffer_bytes: int = 32 * 1024 * 1024
     #: Slots reserved in the clock store per write (fewer writes, larger jumps after a crash).
     clock_reserve_block: int = 1 << 20
+    #: Longest ``close`` waits for a sender to confirm the revocation of the slots we granted
+    #: it (REVOKED). A sender that never answers is then given up: to it, our next incarnation
+    #: looks like a crash (messages of unknown outcome, never a silent loss). ``inf``: wait
+    #: as long as the caller of ``close`` does.
+    close_revoke_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not 128 <= self.max_datagram_size <= 65507:
@@ -61,6 +66,8 @@ class ExonConfig:
             raise UsageError("ack_delay_s must be within 0 <= ack_delay_s < rto_min_s")
         if self.idle_release_s < 0 or self.probe_interval_s <= 0:
             raise UsageError("idle_release_s must be >= 0 and probe_interval_s > 0")
+        if not self.close_revoke_timeout_s > 0:
+            raise UsageError("close_revoke_timeout_s must be > 0")
         if self.max_live_slots < self.slots_ahead:
             raise UsageError("max_live_slots must be >= slots_ahead")
 

@@ -25,8 +25,8 @@ from a3m.exon import wire
 from a3m.exon.clock import ClockStore, MemoryClockStore, NodeClock
 from a3m.exon.config import ExonConfig
 from a3m.exon.discovery import Resolver
-from a3m.exon.events import Delivered, Event, ReceiptReady, Writable
-from a3m.exon.records import INF, Reassembly, RecvRecord, SendRecord
+from a3m.exon.events import Delivered, Event, OutcomeUnknown, ReceiptReady, Writable
+from a3m.exon.records import INF, Message, Reassembly, RecvRecord, SendRecord
 
 Address = Hashable
 
@@ -34,10 +34,16 @@ _TOKEN = wire.TOKEN
 _ACK = wire.ACK
 _REQSLOTS = wire.REQSLOTS
 _SLOTS = wire.SLOTS
+_VOID = wire.VOID
+_REVOKE = wire.REVOKE
+_REVOKED = wire.REVOKED
 _TOKEN_PACK = wire.TOKEN_S.pack
 _FRAG_PACK = wire.FRAG_S.pack
 _REQSLOTS_PACK = wire.REQSLOTS_S.pack
 _SLOTS_PACK = wire.SLOTS_S.pack
+_VOID_PACK = wire.VOID_S.pack
+_REVOKE_PACK = wire.REVOKE_S.pack
+_REVOKED_PACK = wire.REVOKED_S.pack
 _RANGE_SIZE = wire.RANGE_S.size
 
 
@@ -73,6 +79,14 @@ class ExonStats:
     recv_records_discarded: int = 0
     probes_sent: int = 0
     grants_deferred: int = 0
+    # Receiver restarts (docs/exon-wire.md, "Restarts"):
+    voids_sent: int = 0  # tokens for a record of an earlier incarnation: VOID, never ACK
+    voids_received: int = 0
+    revokes_sent: int = 0  # REVOKE frames sent while closing (retransmissions included)
+    revokes_received: int = 0
+    revocations_abandoned: int = 0  # senders that never confirmed (close_revoke_timeout_s)
+    outcome_unknown: int = 0  # messages reported with OutcomeUnknown (receiver crashed)
+    resent_whole: int = 0  # messages proven undelivered, sent again whole on fresh slots
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -96,6 +110,9 @@ class ExonProtocol:
         self.config = cfg = config or ExonConfig()
         self._rng = rng or Random(0)
         self._clock = NodeClock(clock_store or MemoryClockStore(), cfg.clock_reserve_block)
+        # Every record incarnation an earlier incarnation of this node took is below the clock
+        # it starts from (the store reserves ahead of use): an r below _boot is a dead record.
+        self._boot = self._clock.value
         self._resolver = resolver
         self.stats = ExonStats()
         self._sr: dict[str, SendRecord] = {}
@@ -119,10 +136,12 @@ class ExonProtocol:
         self._deferred: dict[str, RecvRecord] = {}
         self._blocked = False
         self._closing = False
+        self._revoke_until = INF
         self._next_receipt = 1
         self._mds = cfg.max_datagram_size
         self._path_mtu = path_mtu
         self._peer_mds: dict[str, int] = {}
+        self._voids_out: set[tuple[str, int]] = set()  # VOIDs queued since the last output
 
     # ------------------------------------------------------------------ associations
 
@@ -157,6 +176,11 @@ class ExonProtocol:
     def clock(self) -> int:
         """The node clock ``ck`` (diagnostics)."""
         return self._clock.value
+
+    @property
+    def boot_clock(self) -> int:
+        """The clock this incarnation started from: above every ``r`` an earlier one used."""
+        return self._boot
 
     # ------------------------------------------------------------------ application side
 
@@ -235,10 +259,7 @@ class ExonProtocol:
         else:
             chunk = rec.max_single - (wire.FRAGMENT_OVERHEAD - wire.TOKEN_OVERHEAD)
             count = -(-size // chunk)
-            meta = [count, rid]
-            view = memoryview(data)
-            for i in range(count):
-                rec.queue.append((bytes(view[i * chunk:(i + 1) * chunk]), (i, count, size), meta))
+            rec.queue.extend(Message(data, chunk, count, rid).pieces())
             self._pending_total += count
         self._pump(rec, now)
         return rid
@@ -270,15 +291,31 @@ class ExonProtocol:
         return self._buffered
 
     def close(self, now: float) -> None:
-        """Begin a graceful close: refuse new sends; release each send record once idle.
+        """Begin a graceful close: refuse new sends; release each send record once idle;
+        revoke the envelopes this node granted (REVOKE to each sender, no grant any more).
 
-        Keep driving the protocol until :meth:`is_closed`; what was in flight is delivered.
+        Keep driving the protocol until :meth:`is_closed`: what was in flight both ways is
+        delivered, and every sender confirmed it holds nothing bound to our records, so a new
+        incarnation of this node (same id, clock store continued) loses nothing of theirs.
         """
+        if self._closing:
+            return
         self._closing = True
         self._ack_now = True
+        self._revoke_until = now + self.config.close_revoke_timeout_s
         for rec in list(self._sr.values()):
             if not rec.queue and not rec.tokens:
                 self._release(rec)
+        iv = self.config.rto_initial_s
+        for rr in self._rr.values():
+            rr.revoking = True
+            rr.deferred = None
+            self._emit(rr.peer, _REVOKE_PACK(_REVOKE, rr.rck))
+            self.stats.revokes_sent += 1
+            rr.probe_iv = iv
+            rr.revoke_due = min(now + iv, self._revoke_until)
+            self._schedule(rr, rr.revoke_due)
+        self._deferred.clear()
 
     @property
     def closing(self) -> bool:
@@ -286,8 +323,12 @@ class ExonProtocol:
         return self._closing
 
     def is_closed(self) -> bool:
-        """After :meth:`close`: every send record delivered what it held and was released."""
-        return self._closing and not self._sr
+        """After :meth:`close`: every send record delivered what it held and was released, and
+        every sender to us confirmed our revocation (nothing of theirs is bound to our records).
+        A sender that does not answer is waited for up to ``config.close_revoke_timeout_s``
+        (and the caller's own timeout): it then sees our restart as a crash (outcome unknown,
+        never a silent loss)."""
+        return self._closing and not self._sr and not self._rr
 
     def is_idle(self) -> bool:
         """No record, nothing queued or in flight, nothing waiting to be sent."""
@@ -373,6 +414,14 @@ class ExonProtocol:
                         rr.deferred = None
                         self._grant(rr, d_s, d_n)
                 else:
+                    if r < self._boot:
+                        # A record of an earlier incarnation of this node: it may or may not
+                        # have delivered this token. Never ACK (that would turn a token sent
+                        # after the restart into a silent loss): tell the sender it is gone.
+                        self._void(src, r)
+                        continue
+                    # A record of this incarnation: the slot was consumed (delivered) or
+                    # released, as a record is discarded only without live slots.
                     st.duplicates += 1
                     self._ack_now = True  # a retransmission: its ACK was lost or is late
                 if acks is None:
@@ -394,8 +443,15 @@ class ExonProtocol:
             elif kind == _REQSLOTS:
                 self._on_reqslots(src, f[1], f[2], f[3], now)
                 rr = self._rr.get(src)
-            else:
+            elif kind == _SLOTS:
                 self._on_slots(src, f[1], f[2], f[3], now)
+            elif kind == _VOID:
+                self._on_void(src, f[1], now)
+            elif kind == _REVOKE:
+                self._on_revoke(src, f[1], now)
+            else:
+                self._on_revoked(src, f[1], f[2])
+                rr = self._rr.get(src)
         if n_deliv:
             st.delivered += n_deliv
             st.delivered_bytes += n_bytes
@@ -409,6 +465,8 @@ class ExonProtocol:
                 self._flush_acks(self._out)  # they ride with frames that leave anyway
         if not self._out:
             return []
+        if self._voids_out:
+            self._voids_out.clear()
         result: list[tuple[bytes, Address]] = []
         st = self.stats
         for peer, frames in self._out.items():
@@ -519,6 +577,12 @@ class ExonProtocol:
                 if frag is None:
                     frame = _TOKEN_PACK(_TOKEN, 0, s, r, len(data)) + data
                 else:
+                    c = meta.chunk
+                    i = frag[0] * c
+                    data = meta.data[i:i + c]
+                    if not meta.bound:
+                        meta.r = r
+                    meta.bound += 1
                     frame = (_TOKEN_PACK(_TOKEN, wire.FLAG_FRAGMENT, s, r, len(data))
                              + _FRAG_PACK(*frag) + data)
                 tokens[s] = (frame, r, meta, now, 1)
@@ -579,7 +643,9 @@ class ExonProtocol:
             self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
             self.stats.stale_frames += 1
             return
-        if s != rec.sck:
+        if s != rec.sck or r < rec.rck or r <= rec.closed_r:
+            # Another range, or a record older than ours or revoked/voided (receive records
+            # of one peer follow each other with growing r: an older one is gone).
             self.stats.stale_frames += 1
             return
         n = min(n, rec.req_end - s)
@@ -590,7 +656,15 @@ class ExonProtocol:
             self._rtt_sample(rec, now - rec.req_sent_at)
         rec.req_out = False
         rec.backoff = 1
-        rec.rck = r
+        if r != rec.rck:
+            old = rec.rck
+            rec.rck = r
+            if old >= 0:
+                # A new receive record: the one before it is gone, and its envelopes with it
+                # (the receiver restarted; within one incarnation a record holding live slots
+                # or a partial message is never discarded).
+                rec.env_lo = s
+                self._requeue_partial_head(rec, old)
         rec.sck = s + n
         self._pump(rec, now)
 
@@ -623,6 +697,8 @@ class ExonProtocol:
             self.stats.stale_frames += 1
             return
         self._pending_total -= acked
+        if rec.revoked >= 0:
+            self._check_revoked(rec)
         if sample_at >= 0:
             self._rtt_sample(rec, now - sample_at)
         rec.backoff = 1
@@ -663,9 +739,9 @@ class ExonProtocol:
         if isinstance(meta, int):
             self._events.append(ReceiptReady(meta))
             return
-        meta[0] -= 1
-        if meta[0] == 0 and meta[1] is not None:
-            self._events.append(ReceiptReady(meta[1]))
+        meta.remaining -= 1
+        if meta.remaining == 0 and meta.rid is not None:
+            self._events.append(ReceiptReady(meta.rid))
 
     def _send_timer(self, rec: SendRecord, now: float) -> None:
         cfg = self.config
@@ -713,11 +789,163 @@ class ExonProtocol:
         end = max(rec.sck, rec.req_end)
         self._clock.advance_to(end)
         self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, end, 0, end))
+        if rec.revoked >= 0:
+            self._emit(rec.peer, _REVOKED_PACK(_REVOKED, rec.revoked, 0))
         rec.alive = False
         del self._sr[rec.peer]
         self.stats.send_records_discarded += 1
 
+    # ------------------------------------------------------------------ restarts (sender side)
+
+    def _on_void(self, src: str, r: int, now: float) -> None:
+        """VOID r: the receiver restarted and records up to ``r`` are gone (an r below its boot
+        clock is below it for good, so the fact is stable and may arrive late or twice).
+
+        Envelopes of a gone record are dropped. A token bound to one may have been delivered
+        by the incarnation that died (its ACK lost) or not: it is never sent again, and is
+        reported as :class:`OutcomeUnknown`. A fragmented message some of whose fragments were
+        never bound to that record cannot have been delivered: it is sent again, whole.
+        """
+        self.stats.voids_received += 1
+        rec = self._sr.get(src)
+        if rec is None or r <= rec.void_floor:
+            self.stats.stale_frames += 1
+            return
+        rec.void_floor = r
+        if r > rec.closed_r:
+            rec.closed_r = r
+        if rec.rck <= r:
+            rec.env_lo = rec.sck
+        tokens = rec.tokens
+        dead = [s for s, tok in tokens.items() if tok[1] <= r]
+        msgs: dict[int, Message] = {}
+        for s in dead:
+            tok = tokens.pop(s)
+            meta = tok[2]
+            if isinstance(meta, Message):
+                msgs[id(meta)] = meta
+            else:
+                self._unknown(src, tok[0][wire.TOKEN_OVERHEAD:], meta)
+        self._pending_total -= len(dead)
+        for msg in msgs.values():
+            if msg.bound >= msg.count:
+                # Every fragment went to the dead record (all its tokens were just dropped):
+                # that record may have delivered the message.
+                self._unknown(src, msg.data, msg.rid)
+            else:
+                self._requeue(rec, msg)
+        self._requeue_partial_head(rec, r)
+        rec.backoff = 1  # the peer answers: ask its new incarnation for slots at once
+        if rec.req_out:
+            self._request_slots(rec, now)
+        self._after_removal(rec, now)
+
+    def _on_revoke(self, src: str, r: int, now: float) -> None:
+        """REVOKE r: the receiver is closing. Drop our envelopes of ``r``, bind nothing more to
+        it, answer how many tokens bound to ``r`` we still hold (the receiver keeps delivering
+        those), and REVOKED(r, 0) again once they are all acknowledged."""
+        self.stats.revokes_received += 1
+        rec = self._sr.get(src)
+        if rec is None:
+            self._emit(src, _REVOKED_PACK(_REVOKED, r, 0))  # we hold nothing at all
+            return
+        if r > rec.closed_r:
+            rec.closed_r = r
+        if rec.rck == r:
+            rec.env_lo = rec.sck
+        # A message cut in two by the revocation can never be whole at this record.
+        self._requeue_partial_head(rec, r)
+        held = sum(1 for tok in rec.tokens.values() if tok[1] == r)
+        self._emit(src, _REVOKED_PACK(_REVOKED, r, held))
+        if held and r == rec.rck:
+            rec.revoked = r
+        elif rec.revoked == r:
+            rec.revoked = -1
+        self._after_removal(rec, now)
+
+    def _check_revoked(self, rec: SendRecord) -> None:
+        """After an ACK: the last token bound to a revoked record is acknowledged -> tell it."""
+        r = rec.revoked
+        for tok in rec.tokens.values():
+            if tok[1] == r:
+                return
+        rec.revoked = -1
+        self._emit(rec.peer, _REVOKED_PACK(_REVOKED, r, 0))
+
+    def _requeue_partial_head(self, rec: SendRecord, r: int) -> None:
+        """The message at the head of the queue, if fragments of it were bound to record
+        ``r`` (or an older one) that is now gone or revoked, was not delivered (it was never
+        whole there): send it again, whole, on fresh slots."""
+        queue = rec.queue
+        if queue:
+            meta = queue[0][2]
+            if isinstance(meta, Message) and meta.bound and meta.r <= r:
+                self._requeue(rec, meta)
+
+    def _drop_message(self, rec: SendRecord, msg: Message) -> None:
+        """Forget every token and queued piece of ``msg``."""
+        tokens = rec.tokens
+        mine = [s for s, tok in tokens.items() if tok[2] is msg]
+        for s in mine:
+            del tokens[s]
+        queue = rec.queue
+        n = len(mine)
+        while queue and queue[0][2] is msg:  # unbound pieces follow the bound ones, in order
+            queue.popleft()
+            n += 1
+        self._pending_total -= n
+
+    def _requeue(self, rec: SendRecord, msg: Message) -> None:
+        """Send ``msg`` again, whole, ahead of the queue (it is proven undelivered)."""
+        self._drop_message(rec, msg)
+        msg.bound = 0
+        msg.remaining = msg.count
+        msg.r = -1
+        rec.queue.extendleft(reversed(msg.pieces()))
+        self._pending_total += msg.count
+        self.stats.resent_whole += 1
+
+    def _unknown(self, dst: str, payload: bytes, rid: Any) -> None:
+        self._events.append(OutcomeUnknown(dst, bytes(payload), rid))
+        self.stats.outcome_unknown += 1
+
+    def _after_removal(self, rec: SendRecord, now: float) -> None:
+        """Tokens left the record without an ACK (void, revoke): pump, go idle, unblock."""
+        if not rec.alive:
+            return
+        if rec.queue:
+            self._pump(rec, now)
+        elif not rec.tokens:
+            if rec.idle_since is None:
+                rec.idle_since = now
+            if self._closing:
+                self._release(rec)
+            else:
+                self._schedule(rec, rec.idle_since + self.config.idle_release_s)
+        if self._blocked:
+            self._blocked = False
+            self._events.append(Writable())
+
     # ------------------------------------------------------------------ receiver internals
+
+    def _void(self, src: str, r: int) -> None:
+        """Tell ``src`` that record ``r`` (below our boot clock) is gone: once per output."""
+        key = (src, r)
+        if key in self._voids_out:
+            return
+        self._voids_out.add(key)
+        self._emit(src, _VOID_PACK(_VOID, r))
+        self.stats.voids_sent += 1
+
+    def _on_revoked(self, src: str, r: int, held: int) -> None:
+        """REVOKED(r, held): with ``held == 0`` the sender holds nothing bound to our record
+        ``r`` and never will: the record can go (this is what a closing node waits for)."""
+        rec = self._rr.get(src)
+        if rec is None or rec.rck != r or not rec.revoking:
+            self.stats.stale_frames += 1
+            return
+        if held == 0:
+            self._discard_recv(rec)
 
     def _deliver(self, src: str, payload: bytes) -> None:
         self._events.append(Delivered(src, payload))
@@ -751,6 +979,16 @@ class ExonProtocol:
 
     def _on_reqslots(self, src: str, s: int, n: int, low: int, now: float) -> None:
         rec = self._rr.get(src)
+        if self._closing:
+            # No new record, no grant: the sender's messages wait for our next incarnation.
+            # A revoking record still applies l. It ends on REVOKED(r, 0), or on an l at or
+            # above its grant end: the sender will never use a slot of ours again, so it holds
+            # no token bound to the record (a release says so when the sender goes idle).
+            if rec is not None:
+                rec.drop_below(low)
+                if low >= rec.sck:
+                    self._discard_recv(rec)
+            return
         if rec is None:
             if n == 0:
                 return  # a release for a record already gone
@@ -768,6 +1006,8 @@ class ExonProtocol:
 
     def _grant(self, rec: RecvRecord, s: int, n: int) -> None:
         """Answer REQSLOTS(s, n): grant ``[s, s+m)``, all live, or defer while buffers are full."""
+        if self._closing:
+            return  # revoked: nothing more is granted
         if s < rec.low or (rec.dead and s < rec.sck and max(rec.dead) >= s):
             self.stats.stale_frames += 1  # an old request: the sender has moved past it
             return
@@ -797,6 +1037,20 @@ class ExonProtocol:
         self._emit(rec.peer, _SLOTS_PACK(_SLOTS, s, rec.rck, end - s))
 
     def _recv_timer(self, rec: RecvRecord, now: float) -> None:
+        if rec.revoking:
+            if now < rec.revoke_due:
+                self._schedule(rec, rec.revoke_due)
+                return
+            if now >= self._revoke_until:
+                self.stats.revocations_abandoned += 1  # the sender is gone, or too slow
+                self._discard_recv(rec)
+                return
+            self._emit(rec.peer, _REVOKE_PACK(_REVOKE, rec.rck))  # REVOKE or REVOKED was lost
+            self.stats.revokes_sent += 1
+            rec.probe_iv = min(rec.probe_iv * 2, self.config.rto_max_s)
+            rec.revoke_due = min(now + rec.probe_iv, self._revoke_until)
+            self._schedule(rec, rec.revoke_due)
+            return
         due = rec.last_active + rec.probe_iv
         if now < due:
             self._schedule(rec, due)

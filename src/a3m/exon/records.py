@@ -10,10 +10,37 @@ from typing import Any
 
 INF = float("inf")
 
-#: A queued piece: (payload, fragment (index, count, total) or None, receipt meta).
+#: A queued piece: (payload, fragment (index, count, total) or None, receipt meta). A fragment's
+#: payload is ``b""`` in the queue: it is cut from its :class:`Message` when bound to a slot.
+#: The meta is the receipt id (or None) of a whole message, or the :class:`Message` of a fragment.
 QueueItem = tuple[bytes, "tuple[int, int, int] | None", Any]
 #: An unacknowledged token: (encoded frame, rck, receipt meta, last sent at, transmissions).
 Token = tuple[bytes, int, Any, float, int]
+
+
+class Message:
+    """A message sent in fragments: the sender keeps it whole until every fragment is acked.
+
+    Its fragments take consecutive slots of one receive record (``r``, set when the first is
+    bound). If that record ends (a receiver restart) before every fragment was bound, the
+    receiver cannot have delivered the message; the sender then sends it again, whole, on fresh
+    slots (a new record has no reassembly state to join).
+    """
+
+    __slots__ = ("data", "chunk", "count", "remaining", "bound", "rid", "r")
+
+    def __init__(self, data: bytes, chunk: int, count: int, rid: int | None) -> None:
+        self.data = data
+        self.chunk = chunk
+        self.count = count
+        self.remaining = count  # fragments not acknowledged yet
+        self.bound = 0  # fragments bound to a slot so far
+        self.rid = rid
+        self.r = -1  # the receive record its fragments are bound to
+
+    def pieces(self) -> list[QueueItem]:
+        total = len(self.data)
+        return [(b"", (i, self.count, total), self) for i in range(self.count)]
 
 
 class SendRecord:
@@ -27,12 +54,13 @@ class SendRecord:
         "peer", "sck", "rck", "env_lo", "queue", "tokens",
         "req_out", "req_sent_at", "req_tx", "req_end",
         "srtt", "rttvar", "rto", "backoff", "idle_since", "timer_at", "alive", "max_single",
+        "closed_r", "void_floor", "revoked",
     )
 
     def __init__(self, peer: str, start: int, rto: float, now: float) -> None:
         self.peer = peer
         self.sck = start
-        self.rck = 0
+        self.rck = -1  # no grant yet (a receiver's clock, hence an rck, may start at 0)
         self.env_lo = start
         self.queue: deque[QueueItem] = deque()
         self.tokens: dict[int, Token] = {}
@@ -48,6 +76,9 @@ class SendRecord:
         self.timer_at = INF
         self.alive = True
         self.max_single = 0  # largest unfragmented payload (set by the protocol)
+        self.closed_r = -1  # records <= this one were revoked or voided: their SLOTS are stale
+        self.void_floor = -1  # records <= this one are known gone (VOID handled)
+        self.revoked = -1  # a revoked record whose final REVOKED(r, 0) we still owe
 
     @property
     def pending(self) -> int:
@@ -82,7 +113,7 @@ class RecvRecord:
 
     __slots__ = (
         "peer", "rck", "sck", "low", "dead", "reasm", "last_active", "probe_iv",
-        "deferred", "timer_at", "alive",
+        "deferred", "timer_at", "alive", "revoking", "revoke_due",
     )
 
     def __init__(self, peer: str, rck: int, start: int, now: float, probe_iv: float) -> None:
@@ -97,6 +128,8 @@ class RecvRecord:
         self.deferred: tuple[int, int] | None = None
         self.timer_at = INF
         self.alive = True
+        self.revoking = False  # the node is closing: REVOKE sent, waiting for REVOKED(r, 0)
+        self.revoke_due = INF
 
     def is_live(self, s: int) -> bool:
         """Whether slot ``s`` is granted and not yet consumed."""

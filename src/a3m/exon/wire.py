@@ -13,12 +13,21 @@ from typing import Any, Final
 
 from a3m.errors import ProtocolViolation
 
-VERSION: Final = 1
+#: Version 2 added VOID, REVOKE and REVOKED (receiver restarts, ``docs/exon-wire.md``); a
+#: version-1 datagram is refused as malformed (a version-1 node would ACK tokens for records of
+#: an earlier incarnation, the loss those frames exist to prevent).
+VERSION: Final = 2
 
 REQSLOTS: Final = 0x01
 SLOTS: Final = 0x02
 TOKEN: Final = 0x03
 ACK: Final = 0x04
+#: receiver -> sender: record ``r`` belonged to an earlier incarnation of mine; it is gone.
+VOID: Final = 0x05
+#: receiver -> sender (closing): record ``r`` grants nothing more; drop its envelopes.
+REVOKE: Final = 0x06
+#: sender -> receiver: answer to REVOKE ``r``: how many tokens bound to ``r`` I still hold.
+REVOKED: Final = 0x07
 
 #: TOKEN flag: the token carries one fragment of a larger message.
 FLAG_FRAGMENT: Final = 0x01
@@ -32,6 +41,9 @@ TOKEN_S: Final = struct.Struct(">BBQQH")  # type, flags, s, r, payload length
 FRAG_S: Final = struct.Struct(">III")  # fragment index, fragment count, message length
 ACK_S: Final = struct.Struct(">BQH")  # type, r, number of ranges
 RANGE_S: Final = struct.Struct(">QI")  # first slot, count
+VOID_S: Final = struct.Struct(">BQ")  # type, r
+REVOKE_S: Final = struct.Struct(">BQ")  # type, r
+REVOKED_S: Final = struct.Struct(">BQI")  # type, r, tokens still held on r
 
 TOKEN_OVERHEAD: Final = TOKEN_S.size
 FRAGMENT_OVERHEAD: Final = TOKEN_S.size + FRAG_S.size
@@ -42,6 +54,9 @@ MAX_ACK_RANGES: Final = 0xFFFF
 #   (SLOTS, s, r, n)
 #   (TOKEN, s, r, payload, index, count, total)   # unfragmented: index 0, count 1
 #   (ACK, r, ((first, count), ...))
+#   (VOID, r)
+#   (REVOKE, r)
+#   (REVOKED, r, held)
 Frame = tuple[Any, ...]
 
 
@@ -93,6 +108,24 @@ def encode_ack(r: int, ranges: Sequence[tuple[int, int]]) -> bytes:
     parts = [ACK_S.pack(ACK, r, len(ranges))]
     parts.extend(RANGE_S.pack(first, count) for first, count in ranges)
     return b"".join(parts)
+
+
+def encode_void(r: int) -> bytes:
+    """VOID: receive record ``r`` belonged to an earlier incarnation of this node; it is gone,
+    and nothing bound to it is delivered or acknowledged any more."""
+    return VOID_S.pack(VOID, r)
+
+
+def encode_revoke(r: int) -> bytes:
+    """REVOKE: receive record ``r`` (of a closing node) grants nothing more; the sender drops
+    its envelopes of ``r`` and answers with REVOKED."""
+    return REVOKE_S.pack(REVOKE, r)
+
+
+def encode_revoked(r: int, held: int) -> bytes:
+    """REVOKED: the answer to REVOKE ``r``: the sender holds ``held`` unacknowledged tokens bound
+    to ``r`` (``0``: none, and it never will again; the receiver may forget ``r``)."""
+    return REVOKED_S.pack(REVOKED, r, held)
 
 
 def ack_size(nranges: int) -> int:
@@ -193,6 +226,14 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
                 if s + cnt > U64_MAX:
                     raise WireError("malformed", "slot range overflows")
                 frames.append((SLOTS, s, r, cnt))
+            elif kind in (VOID, REVOKE):
+                _, r = VOID_S.unpack_from(data, offset)
+                offset += VOID_S.size
+                frames.append((kind, r))
+            elif kind == REVOKED:
+                _, r, held = REVOKED_S.unpack_from(data, offset)
+                offset += REVOKED_S.size
+                frames.append((REVOKED, r, held))
             else:
                 raise WireError("malformed", f"unknown frame type {kind:#x}")
     except struct.error:
