@@ -3,11 +3,13 @@ address change, faults through the relay, graceful close, hostile datagrams, idl
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import socket
 import threading
 import time
 import tracemalloc
+from typing import Any
 
 import pytest
 
@@ -199,3 +201,100 @@ def test_100_idle_peers_are_forgotten_and_memory_returns() -> None:
         # All 100 peers' records are gone; what stays is per-id caches (headers, addresses).
         print(f"hub memory: base {base} B, peak {peak} B, after idle {now} B")
         assert now - base < 100_000, now - base
+
+
+def _restart_mid_stream(tmp_path: Any, graceful: bool) -> tuple[Endpoint, list[bytes], int]:
+    """alpha streams 4000 messages (paced, so it keeps spare envelopes) to beta, which
+    restarts half-way with the same id, port and clock file. Returns alpha, what the two
+    beta incarnations received, and how many messages were sent."""
+    clock = tmp_path / "beta.clock"
+    b = Endpoint("beta", clock_file=clock)
+    port = b.address[1]
+    a = Endpoint("alpha")
+    a.associate("beta", b.address)
+    n = 4000
+    errors: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            for i in range(n):
+                a.send("beta", b"%d" % i, timeout=30)
+                if i % 100 == 99:
+                    time.sleep(0.002)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    th = threading.Thread(target=stream)
+    th.start()
+    got = [p for _, p in collect(b, 1500)]
+    if graceful:
+        assert b.close(timeout=10) is True  # every sender confirmed the revocation
+    else:
+        b._driver.stop()  # a crash: no close, the clock file is all that survives
+    while True:  # what the old incarnation delivered (read after its close, as an app would)
+        try:
+            got.append(b.recv(timeout=0)[1])
+        except (WouldBlock, Closed):
+            break
+    b2 = Endpoint("beta", bind=f"127.0.0.1:{port}", clock_file=clock)
+    try:
+        deadline = time.monotonic() + 40
+        while th.is_alive() or a.in_flight():
+            assert time.monotonic() < deadline, "stalled"
+            try:
+                got.extend(p for _, p in b2.recv_many(4096, timeout=0.2))
+            except Timeout:
+                pass
+        th.join()
+        assert not errors, errors
+        time.sleep(0.2)
+        with contextlib.suppress(Timeout):
+            while True:
+                got.extend(p for _, p in b2.recv_many(4096, timeout=0.2))
+        assert b2._proto.boot_clock > 0
+    finally:
+        b2.close(timeout=5)
+    return a, got, n
+
+
+def test_receiver_restart_mid_stream_graceful_nothing_lost_nothing_doubled(tmp_path: Any) -> None:
+    a, got, n = _restart_mid_stream(tmp_path, graceful=True)
+    try:
+        assert sorted(got) == sorted(b"%d" % i for i in range(n))  # each exactly once
+        assert a.stats["outcome_unknown"] == 0 and a.outcome_unknown() == []
+        assert a.stats["revokes_received"] >= 1
+    finally:
+        a.close(timeout=5)
+
+
+def test_receiver_crash_mid_stream_no_silent_loss(tmp_path: Any) -> None:
+    a, got, n = _restart_mid_stream(tmp_path, graceful=False)
+    try:
+        unknown = [p for dst, p, _ in a.outcome_unknown() if dst == "beta"]
+        assert len(got) == len(set(got))  # never a duplicate
+        assert set(got) | set(unknown) == {b"%d" % i for i in range(n)}  # nothing silently lost
+        assert a.stats["outcome_unknown"] == len(unknown)
+    finally:
+        a.close(timeout=5)
+
+
+def test_wait_receipt_is_false_for_an_unknown_outcome(tmp_path: Any) -> None:
+    clock = tmp_path / "beta.clock"
+    b = Endpoint("beta", clock_file=clock)
+    port = b.address[1]
+    with Endpoint("alpha") as a:
+        a.associate("beta", b.address)
+        a.send("beta", b"warm", timeout=5)
+        assert b.recv(timeout=5) == ("alpha", b"warm")
+        deadline = time.monotonic() + 5
+        while a.in_flight() and time.monotonic() < deadline:  # its ACK is on the way
+            time.sleep(0.005)
+        b._driver.stop()  # crash while alpha holds spare envelopes
+        rid = a.send("beta", b"into the void", receipt=True, timeout=5)
+        b2 = Endpoint("beta", bind=f"127.0.0.1:{port}", clock_file=clock)
+        try:
+            assert rid is not None and a.wait_receipt(rid, timeout=10) is False
+            assert a.outcome_unknown() == [("beta", b"into the void", rid)]
+            assert a.stats["outcome_unknown"] == 1
+        finally:
+            b2.close(timeout=5)

@@ -14,7 +14,7 @@ from a3m.errors import Closed, Timeout, UsageError, WouldBlock
 from a3m.exon.clock import ClockStore
 from a3m.exon.config import ExonConfig
 from a3m.exon.discovery import Resolver, StaticDiscovery
-from a3m.exon.events import Delivered, Event, ReceiptReady
+from a3m.exon.events import Delivered, Event, OutcomeUnknown, ReceiptReady
 from a3m.exon.protocol import ExonProtocol
 from a3m.runtime.clock_store import FileClockStore, WallClockStore
 from a3m.runtime.discovery_file import FileDiscovery
@@ -82,6 +82,10 @@ class Endpoint:
                                    path_mtu=path_mtu_for(config))
         self._inbox: deque[tuple[str, bytes]] = deque()
         self._receipts: set[int] = set()
+        # Messages whose destination crashed with them in flight (OutcomeUnknown): kept for
+        # outcome_unknown() (the newest 65536; stats["outcome_unknown"] counts them all).
+        self._unknown: deque[tuple[str, bytes, int | None]] = deque(maxlen=65536)
+        self._unknown_receipts: set[int] = set()
         self._closed = False
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}")
 
@@ -177,11 +181,16 @@ class Endpoint:
         return out
 
     def wait_receipt(self, receipt_id: int, timeout: float | None = None) -> bool:
-        """True once the destination acknowledged the message; False if the timeout passes."""
+        """True once the destination acknowledged the message; False if the timeout passes or
+        the message's outcome became unknown (its destination crashed with it in flight: see
+        :meth:`outcome_unknown`)."""
         deadline = _deadline(timeout)
         drv = self._driver
         with drv.lock:
             while receipt_id not in self._receipts:
+                if receipt_id in self._unknown_receipts:
+                    self._unknown_receipts.discard(receipt_id)
+                    return False
                 if not drv.running:
                     return False
                 left = _remaining(deadline)
@@ -191,13 +200,28 @@ class Endpoint:
             self._receipts.discard(receipt_id)
             return True
 
+    def outcome_unknown(self) -> list[tuple[str, bytes, int | None]]:
+        """Take the messages reported as of unknown outcome since the last call, as
+        ``(destination, payload, receipt id or None)``: their destination restarted after a
+        crash while they were in flight, so each was delivered at most once, maybe never.
+        Exon does not send them again; the application decides. (A graceful close of the
+        destination never produces these.)"""
+        with self._driver.lock:
+            out = list(self._unknown)
+            self._unknown.clear()
+            return out
+
     def in_flight(self) -> int:
         with self._driver.lock:
             return self._proto.in_flight()
 
     def close(self, timeout: float | None = None) -> bool:
-        """Stop sending, wait (up to ``timeout``) until everything sent was acknowledged and the
-        peers were told to release our slots, then stop. Returns True when that completed."""
+        """Stop sending, wait (up to ``timeout``) until everything sent was acknowledged, the
+        peers were told to release our slots, and every sender to us confirmed that it holds
+        nothing bound to the slots we granted (so that an Endpoint started again with the same
+        id and ``clock_file`` loses none of their messages), then stop. Returns True when that
+        completed; False when the timeout passed first (a restart then looks like a crash to
+        the peers that did not answer: messages of unknown outcome, never a silent loss)."""
         drv = self._driver
         if self._closed:
             return True
@@ -246,3 +270,7 @@ class Endpoint:
                 inbox.append((ev.source, ev.payload))
             elif type(ev) is ReceiptReady:
                 self._receipts.add(ev.receipt_id)
+            elif type(ev) is OutcomeUnknown:
+                self._unknown.append((ev.destination, ev.payload, ev.receipt_id))
+                if ev.receipt_id is not None:
+                    self._unknown_receipts.add(ev.receipt_id)
