@@ -48,7 +48,7 @@ class Pipe:
 
     def run(self, rounds: int = 1000) -> None:
         for _ in range(rounds):
-            if not self.step() and not any(c._out or c._local for c in self.nodes.values()):
+            if not self.step() and not any(c.has_output() for c in self.nodes.values()):
                 break
 
     def release(self, reverse: bool = False) -> None:

@@ -100,6 +100,10 @@ class NodeCore:
         else:
             self._out.append((node_id, data))
 
+    def has_output(self) -> bool:
+        """Whether :meth:`take_output` has something (or local messages wait to be routed)."""
+        return bool(self._out or self._local)
+
     def take_output(self) -> list[tuple[str, bytes]]:
         self._drain_local()
         out, self._out = self._out, []

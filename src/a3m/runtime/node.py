@@ -270,7 +270,7 @@ class Node:
 
     def _after_call(self) -> None:
         """Under the lock, after an application call changed the core."""
-        if self._core._out or self._core._local or self._outbox:
+        if self._outbox or self._core.has_output():
             self._pump(time.monotonic())
             self._driver.flush()
         self._driver.notify_all()
@@ -344,24 +344,32 @@ class Socket:
         """Send a message; blocks while no link can take it (no link, no credits).
 
         ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`)."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise UsageError("send takes bytes")
-        payload = bytes(data)
-        deadline = _deadline(timeout)
+        if type(data) is not bytes:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise UsageError("send takes bytes")
+            data = bytes(data)
+        if timeout is not None and timeout < 0:
+            raise UsageError("timeout must be >= 0 or None")
         drv = self.node._driver
         core = self._core
+        deadline = -1.0  # set on the first wait: a send that goes through reads no clock twice
         with drv.lock:
             while True:
                 self._check_open()
-                core.node.now = time.monotonic()
-                if core.try_send(payload, **kw):
+                now = time.monotonic()
+                core.node.now = now
+                if core.try_send(data, **kw):
                     self.node._after_call()
                     return
-                if timeout == 0:
-                    raise WouldBlock(f"{self.kind} socket {self.id.tag!r} cannot send now")
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise Timeout(f"send on {self.id.tag!r} timed out")
+                left = None
+                if timeout is not None:
+                    if timeout == 0:
+                        raise WouldBlock(f"{self.kind} socket {self.id.tag!r} cannot send now")
+                    if deadline < 0:
+                        deadline = now + timeout
+                    left = deadline - now
+                    if left <= 0:
+                        raise Timeout(f"send on {self.id.tag!r} timed out")
                 refusal = core.fatal_refusal()
                 if refusal is not None and not core.links:
                     raise LinkRefused(REASONS.get(refusal, hex(refusal)))
