@@ -337,3 +337,54 @@ def test_pair_both_ways_and_close_delivers_in_flight() -> None:
         assert pa.get_option("capacity") == 256
         with pytest.raises(a3m.Closed):
             pa.send(b"late")
+
+
+def _req_rep_round_trips(n: int, **options: float) -> tuple[a3m.Node, a3m.Node]:
+    server, client = a3m.Node("srv", **options), a3m.Node("cli", **options)
+    client.associate("srv", server.address)
+    rep = server.socket(a3m.REP, "rep")
+    req = client.socket(a3m.REQ, "req")
+    req.link("srv/rep")
+    assert req.wait_linked(timeout=5)
+
+    def serve() -> None:
+        for _ in range(n):
+            rep.send(rep.recv(timeout=10), timeout=10)
+
+    t = threading.Thread(target=serve)
+    t.start()
+    for i in range(n):
+        req.send(b"%d" % i, timeout=10)
+        assert req.recv(timeout=10) == b"%d" % i
+    t.join()
+    return server, client
+
+
+def test_busy_poll_is_used_for_round_trips_and_can_be_turned_off() -> None:
+    """A waiting thread polls briefly before it sleeps (replies within the budget skip a
+    thread wake-up); busy_poll_s=0 never polls; out-of-range values are refused."""
+    server, client = _req_rep_round_trips(300)
+    try:
+        assert client._driver.poll_hits + server._driver.poll_hits > 0
+    finally:
+        server.close(timeout=5)
+        client.close(timeout=5)
+    server, client = _req_rep_round_trips(50, busy_poll_s=0)
+    try:
+        assert client._driver.poll_hits == server._driver.poll_hits == 0
+    finally:
+        server.close(timeout=5)
+        client.close(timeout=5)
+    with pytest.raises(a3m.UsageError, match="busy_poll_s"):
+        a3m.Node("x", busy_poll_s=0.5)
+
+
+def test_an_idle_wait_does_not_spin() -> None:
+    """Polling is bounded per wait: a thread waiting for a message that does not come uses
+    next to no CPU (the budget is 200 us per wait; a wait lasts up to one second)."""
+    with a3m.Node("idle") as node:
+        pull = node.socket(a3m.PULL, "sink")
+        t0 = time.thread_time()
+        with pytest.raises(a3m.Timeout):
+            pull.recv(timeout=1.5)
+        assert time.thread_time() - t0 < 0.05

@@ -33,6 +33,11 @@ class ExonConfig:
     #: request/reply exchange costs one datagram each way instead of two; 0 = ack at once.
     #: Duplicates, a second datagram of tokens and closing are acknowledged at once.
     ack_delay_s: float = 0.002
+    #: Runtime, not protocol: an application thread about to sleep waiting for the network
+    #: first polls its socket this long, when the process may use two CPUs or more and polls
+    #: keep paying off (adaptive); it saves a thread wake-up (tens of microseconds) per hop of
+    #: a request/reply exchange, for at most this much CPU per wait. 0 turns it off.
+    busy_poll_s: float = 0.0002
     #: A send record with nothing queued or in flight for this long releases and is discarded.
     idle_release_s: float = 1.0
     #: A receive record with no traffic for this long probes its sender (or is discarded if empty).
@@ -62,6 +67,8 @@ class ExonConfig:
                 raise UsageError(f"{name} must be positive")
         if not 0 < self.rto_min_s <= self.rto_initial_s <= self.rto_max_s:
             raise UsageError("need 0 < rto_min_s <= rto_initial_s <= rto_max_s")
+        if not 0 <= self.busy_poll_s <= 0.01:
+            raise UsageError("busy_poll_s must be within 0 <= busy_poll_s <= 0.01")
         if not 0 <= self.ack_delay_s < self.rto_min_s:
             raise UsageError("ack_delay_s must be within 0 <= ack_delay_s < rto_min_s")
         if self.idle_release_s < 0 or self.probe_interval_s <= 0:

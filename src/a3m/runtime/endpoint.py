@@ -87,7 +87,8 @@ class Endpoint:
         self._unknown: deque[tuple[str, bytes, int | None]] = deque(maxlen=65536)
         self._unknown_receipts: set[int] = set()
         self._closed = False
-        self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}")
+        self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}",
+                              busy_poll_s=config.busy_poll_s)
 
     # ------------------------------------------------------------------ API
 

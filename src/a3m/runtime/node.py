@@ -106,7 +106,8 @@ class Node:
         self._listeners: list[Callable[[], None]] = []
         self._closed = False
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-node-{self.id}",
-                              upper_timer=self._core.next_timer, on_turn=self._on_turn)
+                              upper_timer=self._core.next_timer, on_turn=self._on_turn,
+                              busy_poll_s=config.busy_poll_s)
 
     # ------------------------------------------------------------------ API
 
