@@ -67,12 +67,30 @@ class ReceivedMessage:
     topic: bytes | None = None
 
 
-def _deadline(timeout: float | None) -> float | None:
-    if timeout is None:
-        return None
-    if timeout < 0:
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is not None and timeout < 0:
         raise UsageError("timeout must be >= 0 or None")
-    return time.monotonic() + timeout
+
+
+def _deadline(timeout: float | None) -> float | None:
+    _check_timeout(timeout)
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _time_left(timeout: float | None, deadline: float, now: float, would_block: str,
+               what: str) -> tuple[float, float | None]:
+    """For a blocking call about to wait: ``(deadline, seconds left)``, the deadline fixed at
+    its first wait (-1.0 before); raises WouldBlock for ``timeout=0``, Timeout once past it."""
+    if timeout is None:
+        return deadline, None
+    if timeout == 0:
+        raise WouldBlock(would_block)
+    if deadline < 0:
+        deadline = now + timeout
+    left = deadline - now
+    if left <= 0:
+        raise Timeout(f"{what} timed out")
+    return deadline, left
 
 
 class Node:
@@ -349,8 +367,7 @@ class Socket:
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise UsageError("send takes bytes")
             data = bytes(data)
-        if timeout is not None and timeout < 0:
-            raise UsageError("timeout must be >= 0 or None")
+        _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
         deadline = -1.0  # set on the first wait: a send that goes through reads no clock twice
@@ -362,15 +379,9 @@ class Socket:
                 if core.try_send(data, **kw):
                     self.node._after_call()
                     return
-                left = None
-                if timeout is not None:
-                    if timeout == 0:
-                        raise WouldBlock(f"{self.kind} socket {self.id.tag!r} cannot send now")
-                    if deadline < 0:
-                        deadline = now + timeout
-                    left = deadline - now
-                    if left <= 0:
-                        raise Timeout(f"send on {self.id.tag!r} timed out")
+                deadline, left = _time_left(
+                    timeout, deadline, now, f"{self.kind} socket {self.id.tag!r} cannot send now",
+                    f"send on {self.id.tag!r}")
                 refusal = core.fatal_refusal()
                 if refusal is not None and not core.links:
                     raise LinkRefused(REASONS.get(refusal, hex(refusal)))
@@ -386,8 +397,7 @@ class Socket:
         return self._recv(timeout).payload
 
     def _recv(self, timeout: float | None) -> Received:
-        if timeout is not None and timeout < 0:
-            raise UsageError("timeout must be >= 0 or None")
+        _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
         deadline = -1.0  # set on the first wait: a message already there costs no clock read
@@ -400,15 +410,9 @@ class Socket:
                     self.node._after_call()
                     return got
                 self._check_open()
-                left = None
-                if timeout is not None:
-                    if timeout == 0:
-                        raise WouldBlock(f"nothing to receive on {self.id.tag!r}")
-                    if deadline < 0:
-                        deadline = now + timeout
-                    left = deadline - now
-                    if left <= 0:
-                        raise Timeout(f"recv on {self.id.tag!r} timed out")
+                deadline, left = _time_left(timeout, deadline, now,
+                                            f"nothing to receive on {self.id.tag!r}",
+                                            f"recv on {self.id.tag!r}")
                 drv.wait(left)
 
     def subscribe(self, topic: bytes | str) -> None:
