@@ -403,3 +403,114 @@ def test_same_node_delivery_bypasses_the_network() -> None:
     assert push.try_send(b"local")
     assert p.nodes["a"].take_output() == []  # nothing for the transport
     assert drain(pull) == [b"local"]
+
+
+# ---------------------------------------------------------------- keepalive and lost peers
+
+
+def restart_node(p: Pipe, node_id: str) -> None:
+    """The node's process restarts: a fresh core with no sockets and no links."""
+    from random import Random
+
+    from a3m.core.node_core import NodeCore
+    from a3m.patterns import BUILTIN
+
+    core = NodeCore(node_id, Random(99))
+    for name, cls in BUILTIN.items():
+        core.register_type(name, cls)
+    p.nodes[node_id] = core
+
+
+def test_a_quiet_link_is_pinged_and_a_busy_one_is_not() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.set_option("keepalive_s", 2.0)
+    pull.set_option("keepalive_s", 0)  # only one side pings here
+    push.link(B, p.now)
+    p.run()
+    for _ in range(10):  # 10 s of traffic every half second: no PING
+        p.advance(0.5)
+        assert push.try_send(b"x")
+        p.run()
+        drain(pull)
+    assert p.types("a").count("PING") == 0
+    for _ in range(20):  # 10 s of silence: a PING about every 2 s, answered by nothing
+        p.advance(0.5)
+    assert 4 <= p.types("a").count("PING") <= 6
+    assert p.types("b").count("ERROR") == 0 and push.is_linked(B) and pull.is_linked(A)
+
+
+def test_a_restarted_peer_is_found_by_the_keepalive_and_linked_again() -> None:
+    """The PULL's node restarts (no UNLINK ever comes): the PUSH's next PING gets
+    "socket not linked", the link ends, and the PUSH links again with the new PULL."""
+    p = Pipe("a", "b")
+    push, _ = pushpull(p)
+    push.set_option("keepalive_s", 2.0)
+    push.link(B, p.now)
+    p.run()
+    old_inc = push.links[B].my_inc
+    restart_node(p, "b")
+    new_pull = p.nodes["b"].create("PULL", "sink")
+    for _ in range(20):
+        p.advance(0.5)
+    assert push.is_linked(B) and push.links[B].my_inc != old_inc and new_pull.is_linked(A)
+    assert push.try_send(b"after")
+    p.run()
+    assert drain(new_pull) == [b"after"]
+
+
+def test_a_message_of_unknown_outcome_ends_its_link() -> None:
+    """When the transport reports a message of unknown outcome (its node crashed), the link
+    it belongs to ends; a REQ waiting for its reply gets LinkError, not a hang."""
+    from a3m.errors import LinkError
+
+    p = Pipe("a", "b")
+    req = p.nodes["a"].create("REQ", "req")
+    p.nodes["b"].create("REP", "rep")
+    req.link(("b", "rep"), p.now)
+    p.run()
+    p.hold = lambda src, dst, msg: msg.type == m.DATA
+    assert req.try_send(b"q")
+    p.run()
+    (_, _, data), = p.held
+    p.nodes["a"].message_lost("b", data, p.now)
+    with pytest.raises(LinkError, match="went away"):
+        req.try_recv()
+    assert not req.links and p.nodes["a"].lost_messages == 1
+    p.hold = None
+    p.held = []
+    p.nodes["a"].message_lost("b", data, p.now)  # a late report: nothing left to end
+    assert ("b", "rep") in req.retry_at  # it initiated the link: it links again
+
+
+def test_a_ping_answered_after_unlinking_began_does_not_cut_the_delivery_goal() -> None:
+    """Our PING crosses the peer's completed unlink: its ERROR must not abort our UNLINKING
+    link (the peer's last messages are still on their way to us)."""
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    pull.set_option("keepalive_s", 2.0)
+    push.link(B, p.now)
+    p.run()
+    for i in range(3):
+        push.try_send(b"%d" % i)
+    p.hold = lambda src, dst, msg: msg.type == m.DATA  # the three are still on their way
+    p.run()
+    late = list(p.held)
+    p.held = []
+    p.hold = lambda src, dst, msg: msg.type == m.PING
+    p.advance(3.0)  # the PULL pings the (quiet, for it) link
+    ping = p.held
+    p.held = []
+    p.hold = None
+    push.unlink(B, p.now)
+    p.run()
+    assert pull.link_state(A) is State.UNLINKING
+    assert B not in push.links  # the PUSH finished its side (nothing to wait for)
+    for src, dst, data in ping:  # the PING arrives at a peer without the link: ERROR
+        p.nodes[dst].receive(src, data, p.now)
+    p.run()
+    assert pull.link_state(A) is State.UNLINKING  # the ERROR about a PING changed nothing
+    for src, dst, data in late:
+        p.nodes[dst].receive(src, data, p.now)
+    p.run()
+    assert drain(pull) == [b"0", b"1", b"2"]

@@ -308,7 +308,8 @@ def test_survey_deadline_fires_once_and_late_answers_are_dropped() -> None:
     assert got is not None
     assert sv.next_timer() == pytest.approx(p.now + 0.5)
     p.advance(0.6)  # the deadline passes with nobody reading
-    assert sv.next_timer() is None  # fired once: the node does not wake again for it
+    t = sv.next_timer()  # fired once: the node does not wake again for it (keepalive may)
+    assert t is None or t > p.now
     r.try_send(b"late answer")
     p.run()
     assert not sv.readable

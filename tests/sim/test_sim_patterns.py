@@ -167,6 +167,56 @@ def test_rep_reply_to_a_req_that_went_away_is_a_link_error() -> None:
         rep.try_send(b"answer")
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_req_whose_rep_node_restarted_gets_a_link_error_then_links_again(
+        case: tuple[str, int, LinkModel]) -> None:
+    """The REP's node crashes after taking a request and comes back (same id and address,
+    its clock continued, a new REP): the REQ's keepalive PING reaches the new node, which
+    has no such link, and the REQ's recv raises LinkError instead of waiting for ever; the
+    REQ links again by itself and the next request is answered."""
+    net = network(case, 9)
+    h = cluster(net, "c", "s")
+    rep = h["s"].core.create("REP", "rep")
+    req = h["c"].core.create("REQ", "req", keepalive_s=2.0)
+    req.link(("s", "rep"), 0.0)
+    start(net, h)
+    net.run_until(lambda: req.is_linked() and rep.is_linked(), max_time=60, what="link")
+    assert req.try_send(b"q")
+    net.flush("c")
+    net.run_until(lambda: rep.try_recv() is not None, max_time=60, what="request")
+    crashed_at = net.now
+    again = NodeHost("s", Random(net.seed + 1), CFG, clock_store=h["s"].clock_store)
+    again.proto.associate("c", net.address["c"])
+    new_rep = again.core.create("REP", "rep")
+    net.replace_host("s", again)  # the crash and the restart: no UNLINK was ever sent
+    failed: list[LinkError] = []
+    answers: list[bytes] = []
+
+    def client(host: NodeHost, now: float) -> None:
+        if not failed:
+            try:
+                assert req.try_recv() is None
+            except LinkError as exc:
+                failed.append(exc)
+        elif not answers and req.is_linked() and req.writable:
+            if req.try_send(b"again"):
+                answers.append(b"")
+        elif answers == [b""] and (r := req.try_recv()) is not None:
+            answers[0] = r.payload
+
+    def server(host: NodeHost, now: float) -> None:
+        r = new_rep.try_recv()
+        if r is not None:
+            assert new_rep.try_send(b"re " + r.payload)
+
+    h["c"].app = client
+    again.app = server
+    net.run_until(lambda: bool(failed), max_time=crashed_at + 120, what="LinkError")
+    assert "went away" in str(failed[0])
+    assert net.now - crashed_at < 60
+    net.run_until(lambda: answers == [b"re again"], max_time=net.now + 120, what="relinked")
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "no peer liveness: Exon retransmits to a silent node for ever without an event, and a "
     "core link ends only on the peer's UNLINK or refusal, so Req.on_link_removed never runs "

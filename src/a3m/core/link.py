@@ -100,7 +100,7 @@ class Link:
         "my_decision", "peer_decision", "unlink_wanted", "refusal", "unlink_sent", "peer_goal",
         "next_seq", "expected_seq", "reorder", "inq", "send", "recv", "ctrl_pending",
         "ordered", "peer_tag_bytes", "my_tag_bytes", "retries", "attrs", "processed",
-        "data_head",
+        "data_head", "last_active", "pinged_at",
     )
 
     def __init__(self, peer: PeerId, my_inc: int, initiator: bool, capacity: int,
@@ -132,6 +132,10 @@ class Link:
         #: (peer_inc, the extended header of this link's sequenced messages): cached by
         #: :meth:`SocketCore.send_on`, keyed by the incarnation it was built with.
         self.data_head: tuple[int, bytes] = (-1, b"")
+        #: When a message last went either way on the link, and when this side last sent a
+        #: PING on it (keepalive: see SocketOptions.keepalive_s).
+        self.last_active = 0.0
+        self.pinged_at = 0.0
         self.retries = 0
         self.attrs: dict[str, object] = {}  # for socket patterns (e.g. a subscription set)
 

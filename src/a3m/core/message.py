@@ -23,11 +23,14 @@ LINK: Final = 0x03
 LINKACK: Final = 0x04
 UNLINK: Final = 0x05
 FLOW: Final = 0x06
+#: Keepalive on a quiet established link (no body): a peer that no longer has the link answers
+#: ERROR "socket not linked", so a link whose peer node restarted is found out.
+PING: Final = 0x07
 #: Types from 0x40 up belong to socket patterns (e.g. SUBSCRIBE); they are sequenced with DATA
 #: but do not use credits (a small separate allowance bounds them).
 PATTERN_MIN: Final = 0x40
 TYPE_NAMES: Final = {ERROR: "ERROR", DATA: "DATA", LINK: "LINK", LINKACK: "LINKACK",
-                     UNLINK: "UNLINK", FLOW: "FLOW"}
+                     UNLINK: "UNLINK", FLOW: "FLOW", PING: "PING"}
 
 FIXED = struct.Struct(">HBBI")
 INCS = struct.Struct(">QQ")
@@ -114,6 +117,8 @@ def encode(msg: Message) -> bytes:
         body = FLOW_BODY.pack(msg.flow_seq, msg.edge)
     elif t == ERROR:
         body = ERROR_HEAD.pack(msg.code, msg.about) + msg.payload
+    elif t == PING:
+        body = b""
     else:
         raise ValueError(f"unknown message type {t:#x}")
     ext = _tag(msg.src_tag) + _tag(msg.dst_tag) + INCS.pack(msg.src_inc, msg.dst_inc)
@@ -288,6 +293,9 @@ def decode(data: bytes) -> Message:
             msg.code, msg.about = ERROR_HEAD.unpack_from(data, off)
             msg.payload = data[off + 2:]
             msg.payload.decode("utf-8")
+        elif t == PING:
+            if off != len(data):
+                raise _bad("bad PING length")
         else:
             raise _bad(f"unknown message type {t:#x}")
         return msg

@@ -58,6 +58,7 @@ class NodeCore:
         #: The largest message the transport takes (the runtime sets Exon's): a send that
         #: could not fit raises MessageTooLarge before it changes any state.
         self.max_message_size = max_message_size
+        self.lost_messages = 0  # messages of unknown outcome reported by the transport
 
     # ------------------------------------------------------------------ registry
 
@@ -152,6 +153,28 @@ class NodeCore:
                     code=m.ERR_SOCKET_NOT_FOUND, about=msg.type)))
             return
         sock.handle(src_node, msg, self.now)
+
+    # ------------------------------------------------------------------ lost peers
+
+    def message_lost(self, node_id: str, data: bytes, now: float) -> None:
+        """The transport cannot tell whether ``data``, sent to ``node_id``, was delivered
+        (that node crashed with it in flight): the link it belongs to ends (see
+        :meth:`SocketCore.link_lost`)."""
+        self.now = now
+        try:
+            msg = m.decode(data)
+        except ProtocolViolation:
+            return
+        sock = self.sockets.get(msg.src_tag)
+        if sock is not None and msg.src_inc:
+            sock.link_lost((node_id, msg.dst_tag), msg.src_inc)
+        self.lost_messages += 1
+
+    def peer_lost(self, node_id: str, now: float) -> None:
+        """``node_id`` stopped answering: every link to it ends (:meth:`SocketCore.peer_lost`)."""
+        self.now = now
+        for sock in list(self.sockets.values()):
+            sock.peer_lost(node_id)
 
     # ------------------------------------------------------------------ timers
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 #: Pattern control messages a peer may have waiting out of order on one link.
 CTRL_ALLOWANCE = 256
+INF = float("inf")
 
 
 @dataclass(slots=True)
@@ -62,6 +63,11 @@ class SocketOptions:
     retry_base_s: float = 0.05  # first retry after a non-fatal refusal (randomised, grows)
     retry_max_s: float = 5.0
     reconnect: bool = False  # link again when the peer ends a link this socket initiated
+    #: An established link quiet this long (seconds) either way gets a PING, which a peer
+    #: that lost the link (its node restarted) answers with an ERROR: the link then ends
+    #: (and is linked again, if this side initiated it). The PING also gives the transport
+    #: something to deliver, so a node that stopped answering is noticed. 0 = never.
+    keepalive_s: float = 5.0
 
 
 class SocketCore:
@@ -96,6 +102,7 @@ class SocketCore:
         self._rr_send = 0
         self._rr_recv = 0
         self._ring: list[Link] | None = None
+        self._keepalive_at = INF  # next look for quiet links (INF: no established link)
         for name, value in options.items():
             self.set_option(name, value)
 
@@ -176,6 +183,7 @@ class SocketCore:
             self.check_size(link, payload)  # near the limit: the exact size decides
         seq = link.next_seq
         link.next_seq = seq + 1
+        link.last_active = node.now
         if mtype == m.DATA:
             link.send.sent += 1
             self.stats["sent"] += 1
@@ -360,7 +368,10 @@ class SocketCore:
         setattr(self.options, name, value)
 
     def next_timer(self) -> float | None:
-        return min(self.retry_at.values()) if self.retry_at else None
+        t = min(self.retry_at.values()) if self.retry_at else INF
+        if self._keepalive_at < t:
+            t = self._keepalive_at
+        return None if t == INF else t
 
     def handle_timer(self, now: float) -> None:
         for peer, t in list(self.retry_at.items()):
@@ -368,6 +379,50 @@ class SocketCore:
                 del self.retry_at[peer]
                 if not self.closed and peer not in self.links:
                     self._start_link(peer)
+        if now >= self._keepalive_at:
+            self._keepalive(now)
+
+    def _keepalive(self, now: float) -> None:
+        """PING every established link quiet for ``keepalive_s``; look again in half that."""
+        period = self.options.keepalive_s
+        self._keepalive_at = INF
+        if period <= 0:
+            return
+        established = False
+        for link in self.links.values():
+            if link.state is not State.ESTABLISHED:
+                continue
+            established = True
+            if now - link.last_active >= period and now - link.pinged_at >= period:
+                link.pinged_at = now
+                self._emit(link.peer, Message(m.PING, self.tag, link.peer[1], link.my_inc,
+                                              link.peer_inc))
+        if established:
+            self._keepalive_at = now + period / 2
+
+    # ================================================================ losing a peer
+
+    def link_lost(self, peer: PeerId, my_inc: int) -> None:
+        """A message of the link ``(peer, my_inc)`` may or may not have been delivered (the
+        transport says so when the peer's node crashed): the link cannot keep its promises
+        (order, delivery goal) any more, so it ends now, as if the peer had aborted it."""
+        link = self.links.get(peer)
+        if link is not None and link.my_inc == my_inc:
+            self._lose(link)
+
+    def peer_lost(self, node_id: str) -> None:
+        """The node ``node_id`` stopped answering: every link to it ends now."""
+        for link in [lk for lk in self.links.values() if lk.peer[0] == node_id]:
+            self._lose(link)
+
+    def _lose(self, link: Link) -> None:
+        # Messages already delivered stay readable; a link this side initiated is tried
+        # again (randomised back-off), so it comes back with the peer.
+        retry = (link.initiator and not link.unlink_wanted and not self.closed
+                 and link.state is not State.UNLINKING)
+        self._abort(link)
+        if retry:
+            self._schedule_retry(link.peer)
 
     # ================================================================ message handling
 
@@ -383,13 +438,14 @@ class SocketCore:
             self._on_error(peer, link, msg, now)
             return
         if link is None or msg.dst_inc != link.my_inc:
-            if t == m.DATA or t >= m.PATTERN_MIN:
+            if t == m.DATA or t >= m.PATTERN_MIN or t == m.PING:
                 # Seed 000: "socket not linked" (never in answer to an ERROR).
                 self._emit(peer, Message(m.ERROR, self.tag, peer[1], 0, msg.src_inc,
                                          code=m.ERR_SOCKET_NOT_LINKED, about=t))
             return  # an old LINKACK, UNLINK or FLOW: influences nothing (seed 003)
         if link.state is State.LINKING and t != m.LINKACK and not self._implicit_accept(link, msg):
             return
+        link.last_active = now
         if t == m.DATA or t >= m.PATTERN_MIN:
             self._on_sequenced(link, t, msg.seq, msg.payload)
         elif t == m.FLOW:
@@ -518,6 +574,9 @@ class SocketCore:
 
     def _establish(self, link: Link) -> None:
         link.advance(Ev.ESTABLISH)
+        link.last_active = self.node.now
+        if self._keepalive_at == INF and self.options.keepalive_s > 0:
+            self._keepalive_at = self.node.now + self.options.keepalive_s / 2
         meta = link.peer_meta or {}
         credits = meta.get("credits", 0)
         link.send.edge = credits if isinstance(credits, int) else 0
@@ -580,6 +639,7 @@ class SocketCore:
         link = self.links.get((node_id, src_tag))
         if link is None or link.my_inc != dst_inc or link.state is State.LINKING:
             return False
+        link.last_active = self.node.now
         self._on_sequenced(link, mtype, seq, payload)
         return True
 
@@ -656,6 +716,10 @@ class SocketCore:
                 if link.initiator and self.options.reconnect and not link.unlink_wanted:
                     self._relink.add(peer)
                 self._abort(link)
+        elif msg.about == m.PING and link.state is not State.ESTABLISHED:
+            # A PING sent while established, answered after this side began unlinking (the
+            # peer finished first): the unlink ends the link, with its delivery goal.
+            return
         elif msg.code in (m.ERR_SOCKET_NOT_LINKED, m.ERR_PROTOCOL) and msg.dst_inc in (
                 0, link.my_inc):
             was_initiator = link.initiator and link.state is not State.UNLINKING

@@ -23,7 +23,7 @@ from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.exon.config import ExonConfig
-from a3m.exon.events import Delivered, Event
+from a3m.exon.events import Delivered, Event, OutcomeUnknown
 from a3m.exon.protocol import ExonProtocol
 from a3m.patterns import BUILTIN
 from a3m.runtime.driver import Driver
@@ -168,6 +168,7 @@ class Node:
             drv = self._driver
             return {"exon": self._proto.stats.as_dict(), "malformed": self._core.malformed,
                     "not_found": self._core.not_found, "outbox": len(self._outbox),
+                    "lost_messages": self._core.lost_messages,
                     "io_errors": drv.io_errors, "loop_errors": drv.loop_errors,
                     "event_errors": drv.event_errors}
 
@@ -254,6 +255,8 @@ class Node:
                 if type(ev) is Delivered:
                     nbytes += len(ev.payload)
                     receive(ev.source, ev.payload, now)
+                elif type(ev) is OutcomeUnknown:  # its node crashed: its link cannot go on
+                    self._core.message_lost(ev.destination, ev.payload, now)
         finally:
             self._proto.consumed(nbytes)  # the core's credits bound what it keeps
 

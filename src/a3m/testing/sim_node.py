@@ -16,16 +16,18 @@ from typing import Any
 from a3m.core.node_core import NodeCore
 from a3m.errors import WouldBlock
 from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore
-from a3m.exon.events import Delivered
+from a3m.exon.events import Delivered, OutcomeUnknown
 from a3m.patterns import BUILTIN
 
 
 class NodeHost:
-    def __init__(self, name: str, rng: Random, config: ExonConfig | None = None) -> None:
+    def __init__(self, name: str, rng: Random, config: ExonConfig | None = None,
+                 clock_store: MemoryClockStore | None = None) -> None:
+        """``clock_store``: a restarted host passes its predecessor's (the clock file)."""
         self.name = name
         config = config or ExonConfig()
-        self.proto = ExonProtocol(name, config, Random(rng.random()),
-                                  MemoryClockStore(rng.randrange(1 << 40)))
+        self.clock_store = clock_store or MemoryClockStore(rng.randrange(1 << 40))
+        self.proto = ExonProtocol(name, config, Random(rng.random()), self.clock_store)
         self.core = NodeCore(name, Random(rng.random()),
                              max_message_size=config.max_message_size)
         for kind, cls in BUILTIN.items():
@@ -54,6 +56,8 @@ class NodeHost:
             if isinstance(ev, Delivered):
                 self.core.receive(ev.source, ev.payload, now)
                 self.proto.consumed(len(ev.payload))
+            elif isinstance(ev, OutcomeUnknown):
+                self.core.message_lost(ev.destination, ev.payload, now)
         if self.app is not None:
             self.app(self, now)
         self.pump(now)
