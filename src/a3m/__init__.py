@@ -32,6 +32,8 @@ PUSH = "PUSH"
 PULL = "PULL"
 PUB = "PUB"
 SUB = "SUB"
+XPUB = "XPUB"  # a PUB whose recv() says which topics its subscribers want (forwarders)
+XSUB = "XSUB"  # a SUB whose send() subscribes (forwarders)
 DEALER = "DEALER"
 ROUTER = "ROUTER"
 SURVEYOR = "SURVEYOR"
@@ -43,7 +45,7 @@ POLLOUT = 2
 
 _LAZY = {"Node": "a3m.runtime.node", "Socket": "a3m.runtime.node",
          "Poller": "a3m.runtime.node", "SocketId": "a3m.runtime.node",
-         "ReceivedMessage": "a3m.runtime.node"}
+         "ReceivedMessage": "a3m.runtime.node", "proxy": "a3m.runtime.proxy"}
 
 
 def __getattr__(name: str) -> object:
@@ -57,8 +59,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "BUS", "DEALER", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "REP", "REQ",
-    "RESPONDENT", "ROUTER", "SUB", "SURVEYOR",
-    "Node", "Poller", "ReceivedMessage", "Socket", "SocketId",
+    "RESPONDENT", "ROUTER", "SUB", "SURVEYOR", "XPUB", "XSUB",
+    "Node", "Poller", "ReceivedMessage", "Socket", "SocketId", "proxy",
     "A3MError",
     "Broken",
     "Closed",

@@ -14,6 +14,7 @@ from a3m.patterns import BUILTIN
 from core.pipe import Pipe
 
 COMPATIBLE = {frozenset(p) for p in [("PAIR",), ("PUSH", "PULL"), ("REQ", "REP"), ("PUB", "SUB"),
+                                     ("PUB", "XSUB"), ("XPUB", "SUB"), ("XPUB", "XSUB"),
                                      ("DEALER", "ROUTER"), ("DEALER",), ("ROUTER",),
                                      ("SURVEYOR", "RESPONDENT"), ("BUS",)]}
 
@@ -230,6 +231,49 @@ def test_sub_messages_left_by_a_closed_publisher_keep_their_topic() -> None:
     got = [sub.try_recv() for _ in range(2)]
     assert [(g.payload, g.topic) for g in got if g] == [(b"one", b"t1"), (b"two", b"u")]
     assert sub.try_recv() is None
+
+
+def test_xpub_tells_the_union_of_subscriptions_and_xsub_sends_them_upstream() -> None:
+    p = Pipe("pub", "fwd", "s1", "s2")
+    pub = p.nodes["pub"].create("PUB", "pub")
+    xsub = p.nodes["fwd"].create("XSUB", "in")
+    xpub = p.nodes["fwd"].create("XPUB", "out")
+    s1 = p.nodes["s1"].create("SUB", "sub")
+    s2 = p.nodes["s2"].create("SUB", "sub")
+    xsub.link(("pub", "pub"), p.now)
+    s1.subscribe(b"a")  # travels in the link metadata
+    s1.link(("fwd", "out"), p.now)
+    s2.link(("fwd", "out"), p.now)
+    p.run()
+    s2.subscribe(b"a")  # after linking: SUBSCRIBE control messages
+    s2.subscribe(b"b")
+    p.run()
+    assert recv_all(xpub) == [b"\x01a", b"\x01b"]  # each topic once, when first wanted
+    with pytest.raises(UsageError, match="XSUB sends subscriptions"):
+        xsub.try_send(b"no marker")
+    assert xsub.try_send(b"\x01a") and xsub.try_send(b"\x01b")
+    p.run()
+    assert pub.try_send(b"1", topic=b"a1") and pub.try_send(b"2", topic=b"b")
+    assert pub.try_send(b"3", topic=b"c")  # nobody downstream wants c: not even sent
+    p.run()
+    got = []
+    while (r := xsub.try_recv()) is not None:  # the forwarder's loop, by hand
+        got.append(r.payload)
+        assert xpub.try_send(r.payload, topic=r.topic)
+    assert got == [b"1", b"2"]
+    p.run()
+    assert recv_all(s1) == [b"1"] and recv_all(s2) == [b"1", b"2"]
+    s2.unsubscribe(b"a")  # s1 still wants a: no change upstream
+    p.run()
+    assert recv_all(xpub) == []
+    s2.close(p.now)  # its b goes with it
+    p.run()
+    assert recv_all(xpub) == [b"\x00b"]
+    s1.unsubscribe(b"a")
+    p.run()
+    assert recv_all(xpub) == [b"\x00a"]
+    assert xsub.try_send(b"\x00a") and xsub.try_send(b"\x00b")
+    assert xsub.subscriptions == set()
 
 
 def test_pub_is_synchronised_to_the_slowest_subscriber() -> None:

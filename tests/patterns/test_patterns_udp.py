@@ -389,3 +389,66 @@ def test_pair_through_relay_a_second_peer_links_once_the_first_goes(
     with pytest.raises(a3m.Timeout):
         p0.recv(timeout=0.2)
     assert relay.stats.dropped > 0 and relay.stats.duplicated > 0
+
+
+def test_forwarder_xsub_xpub_through_the_relay(quartet_nodes: list[a3m.Node]) -> None:
+    """PUB -> [XSUB | a3m.proxy | XPUB] -> two SUBs, every hop through the fault relay: the
+    subscribers' topics travel upstream (the PUB does not even send a topic nobody wants),
+    each SUB gets exactly its topics once, in order, and the slow one (capacity 8, read
+    slowly) holds the whole chain back instead of losing anything."""
+    pub_node, fwd, n1, n2 = quartet_nodes
+    mesh_via_relay(quartet_nodes, loss=0.15, dup=0.1, reorder=0.2)
+    pub = pub_node.socket(a3m.PUB, "pub")
+    xsub = fwd.socket(a3m.XSUB, "in")
+    xpub = fwd.socket(a3m.XPUB, "out")
+    fast = n1.socket(a3m.SUB, "sub")
+    slow = n2.socket(a3m.SUB, "sub", capacity=8)
+    fast.subscribe(b"t.")
+    slow.subscribe(b"t.1")
+    xsub.link(pub.id)
+    for s in (fast, slow):
+        s.link(xpub.id)
+    assert fast.wait_linked(timeout=10) and slow.wait_linked(timeout=10)
+    assert xsub.wait_linked(timeout=10)
+    stop = threading.Event()
+    forwarded: list[int] = []
+    proxy = threading.Thread(target=lambda: forwarded.append(a3m.proxy(xsub, xpub, stop)))
+    proxy.start()
+
+    def pub_knows() -> bool:  # the subscriptions reached the PUB through the proxy
+        with pub_node._driver.lock:
+            links = pub._core.established_links()
+            return len(links) == 1 and links[0].attrs.get("subs") == {b"t.", b"t.1"}
+
+    deadline = time.monotonic() + 20
+    while not pub_knows() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pub_knows()
+    n = 300
+    want = {"fast": [b"%d" % i for i in range(n)],
+            "slow": [b"%d" % i for i in range(n) if i % 3 == 1]}
+    got: dict[str, list[a3m.ReceivedMessage]] = {"fast": [], "slow": []}
+    crew = Crew()
+
+    def read(name: str, sock: a3m.Socket) -> None:
+        for _ in want[name]:
+            got[name].append(sock.recv_msg(timeout=30))
+            if name == "slow":
+                time.sleep(0.002)
+
+    crew.start(read, "fast", fast)
+    crew.start(read, "slow", slow)
+    try:
+        for i in range(n):
+            pub.send(b"%d" % i, topic=b"t.%d" % (i % 3), timeout=30)
+            pub.send(b"x%d" % i, topic=b"other", timeout=30)  # nobody wants it
+        crew.join()
+    finally:
+        stop.set()
+        proxy.join(10)
+    assert [m.payload for m in got["fast"]] == want["fast"]
+    assert [m.payload for m in got["slow"]] == want["slow"]
+    assert all(m.topic == b"t.1" for m in got["slow"])
+    with pytest.raises(a3m.Timeout):
+        fast.recv(timeout=0.3)  # nothing else, no duplicate
+    assert forwarded == [n]  # "other" never reached the forwarder

@@ -2,8 +2,8 @@
 :class:`a3m.core.socket_core.SocketCore` (the same ones a user's custom socket kind uses).
 
 Compatibility (checked at link time; anything else is refused as fatal):
-PAIR-PAIR, PUSH-PULL, REQ-REP, PUB-SUB, DEALER-ROUTER, DEALER-DEALER, ROUTER-ROUTER,
-SURVEYOR-RESPONDENT, BUS-BUS.
+PAIR-PAIR, PUSH-PULL, REQ-REP, PUB-SUB (and XPUB for PUB, XSUB for SUB, forwarders),
+DEALER-ROUTER, DEALER-DEALER, ROUTER-ROUTER, SURVEYOR-RESPONDENT, BUS-BUS.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from a3m.core.socket_core import SocketCore
 from a3m.patterns.bus import Bus
 from a3m.patterns.pair import Pair
 from a3m.patterns.pipeline import Pull, Push
-from a3m.patterns.pubsub import Pub, Sub
+from a3m.patterns.pubsub import Pub, Sub, XPub, XSub
 from a3m.patterns.reqrep import Rep, Req
 from a3m.patterns.router import Dealer, Router
 from a3m.patterns.survey import Respondent, Surveyor
@@ -25,6 +25,8 @@ BUILTIN: dict[str, type[SocketCore]] = {
     "REP": Rep,
     "PUB": Pub,
     "SUB": Sub,
+    "XPUB": XPub,
+    "XSUB": XSub,
     "DEALER": Dealer,
     "ROUTER": Router,
     "SURVEYOR": Surveyor,
@@ -33,4 +35,4 @@ BUILTIN: dict[str, type[SocketCore]] = {
 }
 
 __all__ = ["BUILTIN", "Bus", "Dealer", "Pair", "Pub", "Pull", "Push", "Rep", "Req",
-           "Respondent", "Router", "Sub", "Surveyor"]
+           "Respondent", "Router", "Sub", "Surveyor", "XPub", "XSub"]

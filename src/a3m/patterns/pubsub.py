@@ -9,6 +9,7 @@ subscriber sets the pace, nothing is dropped.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from a3m.core.link import Link
@@ -51,7 +52,7 @@ TARGET_CACHE = 1024
 
 class Pub(SocketCore):
     kind = "PUB"
-    peers = frozenset({"SUB"})
+    peers = frozenset({"SUB", "XSUB"})
     receives = False
 
     def __init__(self, *args: Any, **options: Any) -> None:
@@ -99,7 +100,7 @@ class Pub(SocketCore):
 
 class Sub(SocketCore):
     kind = "SUB"
-    peers = frozenset({"PUB"})
+    peers = frozenset({"PUB", "XPUB"})
     sends = False
 
     def __init__(self, *args: Any, **options: Any) -> None:
@@ -150,3 +151,83 @@ class Sub(SocketCore):
         if _matches(topic, self.subscriptions):  # unsubscribed while it was in flight
             return Received(body, source, topic)
         return None
+
+
+# ---------------------------------------------------------------------------- forwarding
+
+SUB_ON = b"\x01"  # XPUB recv / XSUB send: b"\x01" + topic subscribes, b"\x00" + topic ends it
+SUB_OFF = b"\x00"
+
+
+class XPub(Pub):
+    """A PUB that also tells the application which topics its subscribers want, as
+    ``recv()`` messages: ``b"\x01" + topic`` when the first link subscribes to a topic,
+    ``b"\x00" + topic`` when the last one leaves it (links that go away count). A forwarder
+    sends them to its XSUB, so publishers upstream only send what someone downstream wants."""
+
+    kind = "XPUB"
+    receives = True
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._wanted: dict[bytes, int] = {}  # topic -> links subscribed to it
+        self._events: deque[Received] = deque()
+        self._counted: dict[int, set[bytes]] = {}  # id(link) -> the topics counted for it
+
+    def _recount(self, link: Link, subs: set[bytes]) -> None:
+        old = self._counted.pop(id(link), set())
+        if subs:
+            self._counted[id(link)] = set(subs)
+        for t in old - subs:
+            self._wanted[t] -= 1
+            if not self._wanted[t]:
+                del self._wanted[t]
+                self._events.append(Received(SUB_OFF + t, link.peer))
+        for t in subs - old:
+            n = self._wanted.get(t, 0)
+            self._wanted[t] = n + 1
+            if not n:
+                self._events.append(Received(SUB_ON + t, link.peer))
+
+    def on_link_added(self, link: Link) -> None:
+        super().on_link_added(link)
+        self._recount(link, link.attrs["subs"])  # type: ignore[arg-type]
+
+    def on_link_removed(self, link: Link) -> None:
+        super().on_link_removed(link)
+        self._recount(link, set())
+
+    def on_control(self, link: Link, mtype: int, payload: bytes) -> None:
+        super().on_control(link, mtype, payload)
+        if link.established:  # changes of a link that is going away were counted out
+            self._recount(link, link.attrs.get("subs", set()))  # type: ignore[arg-type]
+
+    def choose_recv(self) -> Received | None:
+        return self._events.popleft() if self._events else None
+
+    @property
+    def readable(self) -> bool:
+        return bool(self._events)
+
+
+class XSub(Sub):
+    """A SUB whose subscriptions can also be sent: ``send(b"\x01" + topic)`` subscribes,
+    ``send(b"\x00" + topic)`` unsubscribes (what an XPUB receives, so a forwarder passes
+    them on as they come)."""
+
+    kind = "XSUB"
+    sends = True
+
+    def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+        head, topic = payload[:1], payload[1:]
+        if head == SUB_ON:
+            self.subscribe(topic)
+        elif head == SUB_OFF:
+            if topic in self.subscriptions:
+                self.unsubscribe(topic)
+        else:
+            raise UsageError("an XSUB sends subscriptions: b'\\x01' + topic or b'\\x00' + topic")
+        return True
+
+    def pattern_can_send(self) -> bool:
+        return True
