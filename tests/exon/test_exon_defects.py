@@ -134,15 +134,38 @@ def test_f5_token_for_a_vanished_record_is_acked_and_sender_goes_idle() -> None:
 
 
 def test_f5_stale_rck_tokens_are_acked() -> None:
-    p = Pair("a", "b")
+    p = Pair("a", "b", stores={"a": MemoryClockStore(), "b": MemoryClockStore(1000)})
     a, b = p.nodes["a"], p.nodes["b"]
     a.send("b", b"x", p.now)
     p.transfer()
-    stale = wire.encode_header("a", "b") + wire.encode_token(123456, 999, b"old")
+    old_r = b._rr["a"].rck
+    p.advance(p.config.idle_release_s + 1)  # a releases, b discards the record
+    assert b.record_counts() == (0, 0)
+    a.send("b", b"y", p.now)  # a new record: old_r is now a stale record of b's incarnation
+    p.transfer()
+    assert b._rr["a"].rck > old_r
+    stale = wire.encode_header("a", "b") + wire.encode_token(123456, old_r, b"old")
     b.receive_datagram(stale, "a", p.now)
     out = b.datagrams_to_send(p.now)
     acks = [f for d, _ in out for f in frames_of(d) if f[0] == wire.ACK]
-    assert acks == [(wire.ACK, 999, ((123456, 1),))]
+    assert acks == [(wire.ACK, old_r, ((123456, 1),))]
+    assert p.delivered("b") == [("a", b"x"), ("a", b"y")]
+
+
+def test_a_token_for_a_record_above_the_clock_is_never_acked() -> None:
+    """An r at or above the node clock was never taken by this node (every r comes from the
+    clock): forged, or bound to a later incarnation's record while this one lingers after
+    its close. No ACK (it would lose it), no VOID (the record may well be alive): silence."""
+    p = Pair("a", "b", stores={"a": MemoryClockStore(), "b": MemoryClockStore(1000)})
+    a, b = p.nodes["a"], p.nodes["b"]
+    a.send("b", b"x", p.now)
+    p.transfer()
+    future = b.clock + 5
+    stale = wire.encode_header("a", "b") + wire.encode_token(123456, future, b"new")
+    before = b.stats.stale_frames
+    b.receive_datagram(stale, "a", p.now)
+    assert b.datagrams_to_send(p.now) == []
+    assert b.stats.stale_frames == before + 1
     assert p.delivered("b") == [("a", b"x")]
 
 

@@ -218,10 +218,15 @@ def test_voids_only_below_the_boot_clock_and_not_acked() -> None:
     b.receive_datagram(old, "a", 0.0)
     frames = [f for d, _ in b.datagrams_to_send(0.0) for f in frames_of(d)]
     assert frames == [(wire.VOID, 999)]  # once per datagram, and no ACK
-    same = wire.encode_header("a", "b") + wire.encode_token(5, 1000, b"x")
+    hdr = wire.encode_header("a", "b")
+    b.receive_datagram(hdr + wire.encode_reqslots(5, 1, 5), "a", 0.0)  # record 1000: slot 5
+    b.receive_datagram(hdr + wire.encode_reqslots(6, 0, 6), "a", 0.0)  # released: discarded
+    assert b.record_counts() == (0, 0)
+    b.datagrams_to_send(0.0)
+    same = hdr + wire.encode_token(5, 1000, b"x")
     b.receive_datagram(same, "a", 0.0)
     frames = [f for d, _ in b.datagrams_to_send(0.0) for f in frames_of(d)]
-    assert frames == [(wire.ACK, 1000, ((5, 1),))]  # this incarnation's: a duplicate, ACKed
+    assert frames == [(wire.ACK, 1000, ((5, 1),))]  # this incarnation's: released, ACKed
     assert b.drain_events() == [] and b.stats.voids_sent == 1
 
 

@@ -55,6 +55,12 @@ class ExonConfig:
     #: looks like a crash (messages of unknown outcome, never a silent loss). ``inf``: wait
     #: as long as the caller of ``close`` does.
     close_revoke_timeout_s: float = 10.0
+    #: After a clean close (``ExonProtocol.is_closed``), how long the node lingers, in units of
+    #: ``rto_max_s`` (the longest a peer waits between two retransmissions): its runtime keeps
+    #: the socket open in the background and answers its peers' late frames (an ACK lost for
+    #: their last token, their own REVOKE, a release of ours that was lost), so that *their*
+    #: close completes promptly. Nothing depends on it for correctness; 0 = no linger.
+    close_linger_rtos: float = 4.0
 
     def __post_init__(self) -> None:
         if not 128 <= self.max_datagram_size <= 65507:
@@ -75,8 +81,15 @@ class ExonConfig:
             raise UsageError("idle_release_s must be >= 0 and probe_interval_s > 0")
         if not self.close_revoke_timeout_s > 0:
             raise UsageError("close_revoke_timeout_s must be > 0")
+        if not 0 <= self.close_linger_rtos <= 1000:
+            raise UsageError("close_linger_rtos must be within 0..1000")
         if self.max_live_slots < self.slots_ahead:
             raise UsageError("max_live_slots must be >= slots_ahead")
+
+    @property
+    def close_linger_s(self) -> float:
+        """The linger after a clean close, in seconds (``close_linger_rtos * rto_max_s``)."""
+        return self.close_linger_rtos * self.rto_max_s
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> ExonConfig:

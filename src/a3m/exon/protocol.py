@@ -47,6 +47,21 @@ _REVOKED_PACK = wire.REVOKED_S.pack
 _RANGE_SIZE = wire.RANGE_S.size
 
 
+class _Linger:
+    """The timer of a closed node's linger (a timer-heap entry like a record's)."""
+
+    __slots__ = ("alive", "timer_at", "end", "iv")
+
+    def __init__(self, end: float, iv: float) -> None:
+        self.alive = True
+        self.timer_at = INF
+        self.end = end
+        self.iv = iv
+
+
+_Timed = SendRecord | RecvRecord | _Linger
+
+
 @dataclass(slots=True)
 class ExonStats:
     """Counters of one node (monotonic, except the gauges marked as such)."""
@@ -87,6 +102,8 @@ class ExonStats:
     revocations_abandoned: int = 0  # senders that never confirmed (close_revoke_timeout_s)
     outcome_unknown: int = 0  # messages reported with OutcomeUnknown (receiver crashed)
     resent_whole: int = 0  # messages proven undelivered, sent again whole on fresh slots
+    # After is_closed(), the linger (docs/exon-wire.md, "Closing: the linger"):
+    linger_answers: int = 0  # frames answered while lingering (re-ACKs, VOIDs, releases)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -129,7 +146,7 @@ class ExonProtocol:
         self._ack_dgrams = 0
         self._ack_delay = cfg.ack_delay_s
         self._events: deque[Event] = deque()
-        self._timers: list[tuple[float, int, SendRecord | RecvRecord]] = []
+        self._timers: list[tuple[float, int, _Timed]] = []
         self._timer_seq = 0
         self._pending_total = 0
         self._buffered = 0
@@ -137,6 +154,13 @@ class ExonProtocol:
         self._blocked = False
         self._closing = False
         self._revoke_until = INF
+        # Closing (docs/exon-wire.md, "Closing: the linger"): records whose revocation was
+        # abandoned (peer -> r: a late token bound to one gets VOID, never an ACK), peers our
+        # send records released while closing (their releases are sent again while lingering)
+        # and the linger itself, from is_closed() on.
+        self._abandoned: dict[str, int] = {}
+        self._released: set[str] = set()
+        self._linger: _Linger | None = None
         self._next_receipt = 1
         self._mds = cfg.max_datagram_size
         self._path_mtu = path_mtu
@@ -303,19 +327,25 @@ class ExonProtocol:
         self._closing = True
         self._ack_now = True
         self._revoke_until = now + self.config.close_revoke_timeout_s
+        # REVOKE is retransmitted from the peer's RTO when we have measured one (its send
+        # record's), else from rto_initial_s: on a lossy path the close waits a few RTTs, not
+        # a few times rto_initial_s.
+        rtos = {peer: rec.rto for peer, rec in self._sr.items()}
         for rec in list(self._sr.values()):
             if not rec.queue and not rec.tokens:
-                self._release(rec)
-        iv = self.config.rto_initial_s
-        for rr in self._rr.values():
+                self._release(rec, now)
+        initial = self.config.rto_initial_s
+        for rr in list(self._rr.values()):
             rr.revoking = True
             rr.deferred = None
             self._emit(rr.peer, _REVOKE_PACK(_REVOKE, rr.rck))
             self.stats.revokes_sent += 1
+            iv = rtos.get(rr.peer, initial)
             rr.probe_iv = iv
             rr.revoke_due = min(now + iv, self._revoke_until)
             self._schedule(rr, rr.revoke_due)
         self._deferred.clear()
+        self._check_closed(now)
 
     @property
     def closing(self) -> bool:
@@ -329,6 +359,16 @@ class ExonProtocol:
         (and the caller's own timeout): it then sees our restart as a crash (outcome unknown,
         never a silent loss)."""
         return self._closing and not self._sr and not self._rr
+
+    def is_finished(self) -> bool:
+        """Closed, and the linger that follows is over: nothing is left to send or to time,
+        so the host may stop driving the protocol (close its socket). Between
+        :meth:`is_closed` and this, a host that keeps the protocol running (its socket open,
+        datagrams fed, timers fired) answers its peers' late frames so that *their* close
+        completes promptly (``config.close_linger_rtos``); stopping earlier is always safe: no
+        message depends on it (docs/exon-wire.md, "Closing: the linger")."""
+        return (self._closing and not self._sr and not self._rr and not self._out
+                and not self._acks and self.next_timer() is None)
 
     def is_idle(self) -> bool:
         """No record, nothing queued or in flight, nothing waiting to be sent."""
@@ -414,16 +454,26 @@ class ExonProtocol:
                         rr.deferred = None
                         self._grant(rr, d_s, d_n)
                 else:
-                    if r < self._boot:
-                        # A record of an earlier incarnation of this node: it may or may not
-                        # have delivered this token. Never ACK (that would turn a token sent
-                        # after the restart into a silent loss): tell the sender it is gone.
+                    if r < self._boot or (self._abandoned and self._abandoned.get(src) == r):
+                        # A record of an earlier incarnation of this node, or one whose
+                        # revocation was abandoned at close: it may or may not have delivered
+                        # this token. Never ACK (that would turn an undelivered token into a
+                        # silent loss): tell the sender it is gone.
                         self._void(src, r)
+                        if self._linger is not None:
+                            st.linger_answers += 1
+                        continue
+                    if r >= self._clock.value:
+                        # Never one of our records (each r is taken from the clock): forged,
+                        # or a later incarnation's while this one lingers. No answer.
+                        st.stale_frames += 1
                         continue
                     # A record of this incarnation: the slot was consumed (delivered) or
                     # released, as a record is discarded only without live slots.
                     st.duplicates += 1
                     self._ack_now = True  # a retransmission: its ACK was lost or is late
+                    if self._linger is not None:
+                        st.linger_answers += 1
                 if acks is None:
                     acks = self._acks.get(src)
                     if acks is None:
@@ -450,7 +500,7 @@ class ExonProtocol:
             elif kind == _REVOKE:
                 self._on_revoke(src, f[1], now)
             else:
-                self._on_revoked(src, f[1], f[2])
+                self._on_revoked(src, f[1], f[2], now)
                 rr = self._rr.get(src)
         if n_deliv:
             st.delivered += n_deliv
@@ -516,8 +566,10 @@ class ExonProtocol:
             rec.timer_at = INF
             if isinstance(rec, SendRecord):
                 self._send_timer(rec, now)
-            else:
+            elif isinstance(rec, RecvRecord):
                 self._recv_timer(rec, now)
+            else:
+                self._linger_timer(rec, now)
         if len(timers) > 64 and len(timers) > 4 * (len(self._sr) + len(self._rr)):
             self._timers = [e for e in timers if e[2].alive and e[2].timer_at == e[0]]
             heapq.heapify(self._timers)
@@ -554,7 +606,7 @@ class ExonProtocol:
         else:
             out.append(frame)
 
-    def _schedule(self, rec: SendRecord | RecvRecord, t: float) -> None:
+    def _schedule(self, rec: _Timed, t: float) -> None:
         if t < rec.timer_at:
             rec.timer_at = t
             self._timer_seq += 1
@@ -709,7 +761,7 @@ class ExonProtocol:
         elif not tokens:
             rec.idle_since = now
             if self._closing:
-                self._release(rec)
+                self._release(rec, now)
             else:
                 self._schedule(rec, now + self.config.idle_release_s)
         if self._blocked:
@@ -779,12 +831,12 @@ class ExonProtocol:
                 rec.idle_since = now
             idle_due = rec.idle_since + cfg.idle_release_s
             if now >= idle_due or self._closing:
-                self._release(rec)
+                self._release(rec, now)
                 return
             next_t = min(next_t, idle_due)
         self._schedule(rec, next_t)
 
-    def _release(self, rec: SendRecord) -> None:
+    def _release(self, rec: SendRecord, now: float) -> None:
         """Discard an idle send record, giving back every slot it holds or asked for."""
         end = max(rec.sck, rec.req_end)
         self._clock.advance_to(end)
@@ -794,6 +846,9 @@ class ExonProtocol:
         rec.alive = False
         del self._sr[rec.peer]
         self.stats.send_records_discarded += 1
+        if self._closing:
+            self._released.add(rec.peer)
+            self._check_closed(now)
 
     # ------------------------------------------------------------------ restarts (sender side)
 
@@ -847,7 +902,18 @@ class ExonProtocol:
         self.stats.revokes_received += 1
         rec = self._sr.get(src)
         if rec is None:
-            self._emit(src, _REVOKED_PACK(_REVOKED, r, 0))  # we hold nothing at all
+            if self._closing:
+                # We hold nothing at all. Closing (lingering, perhaps while our next
+                # incarnation already runs), answer with a release at our clock rather than
+                # REVOKED(r, 0): it ends the revoking record if we are the sender it granted
+                # (every slot we ever asked of it is below our clock) and leaves any later
+                # incarnation's record alone (its slots are above our clock).
+                ck = self._clock.value
+                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
+                if self._linger is not None:
+                    self.stats.linger_answers += 1
+            else:
+                self._emit(src, _REVOKED_PACK(_REVOKED, r, 0))  # we hold nothing at all
             return
         if r > rec.closed_r:
             rec.closed_r = r
@@ -919,7 +985,7 @@ class ExonProtocol:
             if rec.idle_since is None:
                 rec.idle_since = now
             if self._closing:
-                self._release(rec)
+                self._release(rec, now)
             else:
                 self._schedule(rec, rec.idle_since + self.config.idle_release_s)
         if self._blocked:
@@ -937,7 +1003,7 @@ class ExonProtocol:
         self._emit(src, _VOID_PACK(_VOID, r))
         self.stats.voids_sent += 1
 
-    def _on_revoked(self, src: str, r: int, held: int) -> None:
+    def _on_revoked(self, src: str, r: int, held: int, now: float) -> None:
         """REVOKED(r, held): with ``held == 0`` the sender holds nothing bound to our record
         ``r`` and never will: the record can go (this is what a closing node waits for)."""
         rec = self._rr.get(src)
@@ -945,7 +1011,7 @@ class ExonProtocol:
             self.stats.stale_frames += 1
             return
         if held == 0:
-            self._discard_recv(rec)
+            self._discard_recv(rec, now)
 
     def _deliver(self, src: str, payload: bytes) -> None:
         self._events.append(Delivered(src, payload))
@@ -987,7 +1053,7 @@ class ExonProtocol:
             if rec is not None:
                 rec.drop_below(low)
                 if low >= rec.sck:
-                    self._discard_recv(rec)
+                    self._discard_recv(rec, now)
             return
         if rec is None:
             if n == 0:
@@ -1002,7 +1068,7 @@ class ExonProtocol:
         if n:
             self._grant(rec, s, n)
         elif rec.low >= rec.sck and not rec.reasm:
-            self._discard_recv(rec)
+            self._discard_recv(rec, now)
 
     def _grant(self, rec: RecvRecord, s: int, n: int) -> None:
         """Answer REQSLOTS(s, n): grant ``[s, s+m)``, all live, or defer while buffers are full."""
@@ -1043,7 +1109,8 @@ class ExonProtocol:
                 return
             if now >= self._revoke_until:
                 self.stats.revocations_abandoned += 1  # the sender is gone, or too slow
-                self._discard_recv(rec)
+                self._abandoned[rec.peer] = rec.rck  # from now on its tokens get VOID
+                self._discard_recv(rec, now)
                 return
             self._emit(rec.peer, _REVOKE_PACK(_REVOKE, rec.rck))  # REVOKE or REVOKED was lost
             self.stats.revokes_sent += 1
@@ -1056,7 +1123,7 @@ class ExonProtocol:
             self._schedule(rec, due)
             return
         if rec.low >= rec.sck and not rec.reasm and rec.deferred is None:
-            self._discard_recv(rec)
+            self._discard_recv(rec, now)
             return
         self._emit(rec.peer, _SLOTS_PACK(_SLOTS, rec.sck, rec.rck, 0))
         self.stats.probes_sent += 1
@@ -1064,11 +1131,36 @@ class ExonProtocol:
         rec.probe_iv = min(rec.probe_iv * 2, self.config.probe_interval_max_s)
         self._schedule(rec, now + rec.probe_iv)
 
-    def _discard_recv(self, rec: RecvRecord) -> None:
+    def _discard_recv(self, rec: RecvRecord, now: float) -> None:
         rec.alive = False
         del self._rr[rec.peer]
         self._deferred.pop(rec.peer, None)
         self.stats.recv_records_discarded += 1
+        if self._closing:
+            self._check_closed(now)
+
+    # ------------------------------------------------------------------ closing: the linger
+
+    def _check_closed(self, now: float) -> None:
+        """On the step that makes :meth:`is_closed` true: start the linger."""
+        if self._linger is not None or self._sr or self._rr:
+            return
+        cfg = self.config
+        self._linger = lg = _Linger(now + cfg.close_linger_s, cfg.rto_initial_s)
+        if lg.end > now:
+            self._schedule(lg, min(now + lg.iv, lg.end))
+
+    def _linger_timer(self, lg: _Linger, now: float) -> None:
+        """While lingering, send our releases again (backing off): a lost one would leave the
+        peer's receive record with live slots, and its own close waiting for our answer."""
+        if now >= lg.end:
+            lg.alive = False
+            return
+        ck = self._clock.value
+        for peer in self._released:
+            self._emit(peer, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
+        lg.iv *= 2
+        self._schedule(lg, min(now + lg.iv, lg.end))
 
     def _flush_acks(self, only: Any = None) -> None:
         """Emit the pending ACKs (of the peers in ``only``, when given: piggybacking)."""
