@@ -16,6 +16,13 @@ no application thread waits is still handled promptly.
 
 Measured on this machine (docs/performance.md): a dedicated thread with non-blocking
 ``recvfrom_into`` drained in bursts beats selectors and asyncio loops for UDP blasts.
+
+After a clean close the driver *lingers* (:meth:`Driver.linger`): the application is done with
+it, but the I/O thread and the socket stay until the protocol is finished (``is_finished``,
+``ExonConfig.close_linger_rtos``), answering the peers' late frames so that their own close
+completes promptly (docs/exon-wire.md, "Closing: the linger"). It runs in the background and
+ends early, harmlessly, when the process exits or a new driver of the same node id or port
+starts in this process.
 """
 
 from __future__ import annotations
@@ -51,6 +58,27 @@ MAX_SLEEP_S = 1.0
 #: events not yet taken stay queued (handled right after, never lost) and only the event being
 #: handled is reported (logged and counted in ``event_errors``).
 EventHandler = Callable[["deque[Event]", float], None]
+
+
+#: Drivers lingering after a clean close: a driver started in this process for the same node
+#: id or port ends their linger first (one incarnation of an id at a time; the port is free).
+_LINGERING: set[Driver] = set()
+_LINGERING_LOCK = threading.Lock()
+
+
+def end_lingering(node_id: str | None = None, port: int = 0) -> None:
+    """Stop at once the lingering drivers of node ``node_id`` or bound to ``port`` (0: by id
+    only)."""
+    if not _LINGERING:
+        return
+    with _LINGERING_LOCK:
+        found = [d for d in _LINGERING if d.proto.id == node_id or (port and d.port == port)]
+    for d in found:
+        d.stop()
+
+
+def _drop_events(events: deque[Event], now: float) -> None:
+    events.clear()  # lingering: the application is gone (and a closed node delivers nothing)
 
 
 def parse_bind(bind: str | tuple[str, int]) -> tuple[str, int]:
@@ -96,7 +124,10 @@ class Driver:
         self._park = threading.Condition(self.lock)  # the I/O thread waits here while parked
         self._on_events = on_events
         self._events: deque[Event] = deque()  # handed to on_events, not yet taken
-        self._sock = open_udp(parse_bind(bind))
+        where = parse_bind(bind)
+        end_lingering(proto.id, where[1])
+        self._sock = open_udp(where)
+        self.port: int = self._sock.getsockname()[1]
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -119,6 +150,8 @@ class Driver:
         self._ewma_block = 0.0  # ... sleeping in select at once
         self.poll_hits = 0  # leader waits that a brief poll ended (diagnostics)
         self._running = True
+        self._lingering = False  # closed for the application, answering peers (linger)
+        self._fds_open = True
         self.io_errors = 0
         self.loop_errors = 0
         self.event_errors = 0
@@ -160,7 +193,7 @@ class Driver:
         """Under the lock, like ``cond.wait(timeout)`` (spurious returns included): block until
         a turn changed something or the timeout passes. The first thread to wait leads: it
         selects on the socket and runs the turn itself; others wait on the condition."""
-        if self._leader is not None or not self._running:
+        if self._leader is not None or not self._running or self._lingering:
             self._waiters += 1
             try:
                 self.cond.wait(timeout)
@@ -278,9 +311,12 @@ class Driver:
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; peers learn it from our next datagrams."""
-        new = open_udp(parse_bind(bind))
+        where = parse_bind(bind)
+        end_lingering(None, where[1])
+        new = open_udp(where)
         with self.lock:
             old, self._sock = self._sock, new
+            self.port = new.getsockname()[1]
             self.proto.announce(time.monotonic())
             self.wake()
         old.close()
@@ -293,28 +329,63 @@ class Driver:
             return result
 
     def stop(self) -> None:
-        """Stop the thread and close the socket (idempotent)."""
+        """Stop the thread and close the socket (idempotent; ends a linger at once; when a
+        linger is ending by itself, returns once its socket is closed)."""
         with self.lock:
-            if not self._running:
-                return
-            self._running = False
-            self._sleeping = False
-            self._write_wake()  # a leader in select
-            self._park.notify_all()
-        self._thread.join(timeout=5)
+            if self._running:
+                self._running = False
+                self._lingering = False
+                self._sleeping = False
+                self._write_wake()  # a leader in select
+                self._park.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
         end = time.monotonic() + 5
         while self._leader is not None and time.monotonic() < end:  # it leaves after a turn
             time.sleep(0.001)
+        self._close_fds()
+
+    def linger(self) -> None:
+        """After a clean close (``proto.is_closed()``): the application is done (``running``
+        is False, no application thread leads any more), but the I/O thread keeps the socket
+        and answers the peers until ``proto.is_finished()``, then closes it by itself. The
+        caller does not wait; :meth:`stop` ends the linger at once."""
+        with _LINGERING_LOCK:
+            _LINGERING.add(self)
+        with self.lock:
+            if self._running:
+                self._lingering = True
+                self._on_events = _drop_events
+                self._on_turn = None
+                self._upper_timer = None
+                self.wake()
+                return
+        with _LINGERING_LOCK:
+            _LINGERING.discard(self)
+
+    @property
+    def lingering(self) -> bool:
+        """Closed for the application, still answering the peers (see :meth:`linger`)."""
+        return self._lingering
+
+    def _close_fds(self) -> None:
+        with self.lock:
+            if not self._fds_open:
+                return
+            self._fds_open = False
+        with _LINGERING_LOCK:
+            _LINGERING.discard(self)
         self._sock.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
 
     @property
     def running(self) -> bool:
-        return self._running
+        """Open for the application (False once stopped, and while lingering)."""
+        return self._running and not self._lingering
 
     def check_open(self) -> None:
-        if not self._running:
+        if not self.running:
             raise Closed("closed")
 
     # ------------------------------------------------------------------ the I/O thread
@@ -323,6 +394,7 @@ class Driver:
         proto = self.proto
         buf, view = self._buf, self._view
         park_seq = -1
+        finished = False
         while True:
             with self.lock:
                 if not self._running:
@@ -342,6 +414,10 @@ class Driver:
                     self._park_notify = False
                     continue
                 park_seq = -1
+                if self._lingering and proto.is_finished():
+                    self._running = self._lingering = False
+                    finished = True  # the linger is over (no leader: none since it began)
+                    break
                 deadline = self._deadline()
                 if proto.has_output():
                     timeout = 0.0
@@ -364,6 +440,8 @@ class Driver:
             except Exception:  # never let the I/O thread die silently
                 self.loop_errors += 1
                 log.exception("a3m I/O loop error (counted, loop continues)")
+        if finished:
+            self._close_fds()
 
     def _turn(self, buf: bytearray, view: memoryview) -> None:
         proto = self.proto

@@ -221,30 +221,43 @@ class Endpoint:
         peers were told to release our slots, and every sender to us confirmed that it holds
         nothing bound to the slots we granted (so that an Endpoint started again with the same
         id and ``clock_file`` loses none of their messages), then stop. Returns True when that
-        completed; False when the timeout passed first (a restart then looks like a crash to
-        the peers that did not answer: messages of unknown outcome, never a silent loss)."""
+        completed; False when the timeout passed first, or when a sender never confirmed
+        (``close_revoke_timeout_s``): a restart then looks like a crash to the peers that did
+        not answer (messages of unknown outcome, never a silent loss).
+
+        After a clean close the node lingers in the background (``close_linger_rtos``): its
+        socket stays open a few seconds to answer the peers' late frames, so that their own
+        close is prompt too. An Endpoint or Node of the same id or port started in this
+        process ends it at once; so does the process's exit."""
         drv = self._driver
         if self._closed:
             return True
         deadline = _deadline(timeout)
         clean = True
+        proto = self._proto
         with drv.lock:
-            self._proto.close(time.monotonic())
+            abandoned = proto.stats.revocations_abandoned
+            proto.close(time.monotonic())
             drv.wake()
-            while not self._proto.is_closed():
+            while not proto.is_closed():
                 left = _remaining(deadline)
                 if left is not None and left <= 0:
                     clean = False
                     break
                 drv.wait(min(left, 0.05) if left is not None else 0.05)
                 drv.wake()
-            # let the release frames leave
-            end = time.monotonic() + 0.05
-            while self._proto.has_output() and time.monotonic() < end:
-                drv.wake()
-                drv.wait(0.005)
+            closed = proto.is_closed()
+            clean = clean and proto.stats.revocations_abandoned == abandoned
+            if not closed:  # let the release frames leave (a linger sends them itself)
+                end = time.monotonic() + 0.05
+                while proto.has_output() and time.monotonic() < end:
+                    drv.wake()
+                    drv.wait(0.005)
         self._closed = True
-        drv.stop()
+        if closed:
+            drv.linger()
+        else:
+            drv.stop()
         return clean
 
     def __enter__(self) -> Endpoint:

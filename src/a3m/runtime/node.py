@@ -189,7 +189,12 @@ class Node:
             return True
 
     def close(self, timeout: float | None = None) -> bool:
-        """Close every socket (unlinking cleanly), deliver what is in flight, stop."""
+        """Close every socket (unlinking cleanly), deliver what is in flight, stop.
+
+        Returns False when the timeout passed first or a sender to this node never confirmed
+        the revocation of its slots (see :meth:`a3m.exon.Endpoint.close`). After a clean close
+        the node lingers a few seconds in the background, answering its peers' late frames so
+        that their close is prompt too (``close_linger_rtos``)."""
         if self._closed:
             return True
         deadline = _deadline(timeout)
@@ -198,10 +203,12 @@ class Node:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             clean = sock.close(left) and clean
         drv = self._driver
+        proto = self._proto
         with drv.lock:
-            self._proto.close(time.monotonic())
+            abandoned = proto.stats.revocations_abandoned
+            proto.close(time.monotonic())
             drv.wake()
-            while not self._proto.is_closed() or self._outbox:
+            while not proto.is_closed() or self._outbox:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     clean = False
@@ -209,12 +216,18 @@ class Node:
                 drv.wait(0.05 if left is None else min(left, 0.05))
                 self._pump(time.monotonic())
                 drv.wake()
-            end = time.monotonic() + 0.05
-            while self._proto.has_output() and time.monotonic() < end:
-                drv.wake()
-                drv.wait(0.005)
+            closed = proto.is_closed()
+            clean = clean and proto.stats.revocations_abandoned == abandoned
+            if not closed:  # let the release frames leave (a linger sends them itself)
+                end = time.monotonic() + 0.05
+                while proto.has_output() and time.monotonic() < end:
+                    drv.wake()
+                    drv.wait(0.005)
         self._closed = True
-        drv.stop()
+        if closed:
+            drv.linger()
+        else:
+            drv.stop()
         if self.journal is not None:
             self.journal.close(None if deadline is None else
                                max(1.0, deadline - time.monotonic()))
