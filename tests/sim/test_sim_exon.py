@@ -244,3 +244,49 @@ def test_receiver_crashes_and_restarts_never_lose_silently(
     to_b = [k for k in led.sent if k[1] == "b" and k[0] == "c"]  # c never crashes
     assert all(k in led.delivered or k in led.unknown for k in to_b)
     assert counts["unknown"] > 0  # the crashes did leave some messages in doubt
+
+
+LIVE = ExonConfig(idle_release_s=0.5, probe_interval_s=1.0, probe_interval_max_s=4.0,
+                  peer_timeout_s=4.0)
+
+
+def test_a_partition_longer_than_the_peer_timeout_is_reported_and_loses_nothing() -> None:
+    """a is cut off for 20 s (five peer timeouts): its peers and a itself report each other
+    PeerUnreachable, and PeerReachable after the heal; nobody gives up, so every message is
+    still delivered exactly once (the events are a signal, never a decision)."""
+    net = Network(seed_from_env(111), LinkModel(loss=0.1, dup=0.05, reorder=0.2))
+    cluster = ExonCluster(net, ["a", "b", "c"], LIVE)
+    cluster.all_to_all(3000, every_s=0.002)
+    net.partition({"a"}, 0.5, 20.5)
+    counts = finish(cluster)
+    assert counts["delivered"] == counts["sent"] == 18_000 and counts["unknown"] == 0
+    assert counts["unreachable"] >= 4 and counts["reachable"] >= 4
+    assert all(not app.proto.unreachable_peers() for app in cluster.apps.values())
+
+
+@pytest.mark.parametrize("mix", RESTART_MIXES,
+                         ids=[f"loss{m[0]}-dup{m[1]}-reo{m[2]}" for m in RESTART_MIXES])
+def test_giving_up_unreachable_peers_never_duplicates_nor_loses_silently(
+        mix: tuple[float, float, float]) -> None:
+    """Every node abandons a peer as soon as it is reported unreachable (what a3m.Node does),
+    through two partitions longer than the peer timeout that then heal. Never a duplicate;
+    every message is delivered or reported (OutcomeUnknown: at most once; NotDelivered: and
+    indeed never delivered, even after the heal); later messages flow again."""
+    loss, dup, reorder = mix
+    net = Network(seed_from_env(121 + RESTART_MIXES.index(mix)),
+                  LinkModel(loss=loss, dup=dup, reorder=reorder))
+    cluster = ExonCluster(net, ["a", "b", "c"], LIVE)
+    cluster.all_to_all(4000, every_s=0.01)  # 40 s of traffic
+    cluster.flow("c", "a", 300, first=10_000, big_every=10, big_size=12_000)
+    for app in cluster.apps.values():
+        app.abandon_unreachable = True
+    net.partition({"a"}, 0.5, 12.0)
+    net.partition({"b"}, 16.0, 30.0)
+    counts = finish(cluster)
+    led = cluster.ledger
+    assert counts["unknown"] + counts["not_delivered"] > 0  # the peers were given up
+    assert counts["unreachable"] >= 4
+    assert sum(a.proto.stats.peers_abandoned for a in cluster.apps.values()) >= 4
+    # Messages sent after the last heal were all delivered.
+    late = [k for k in led.sent if led.sent_at[k] > 31.0]
+    assert late and all(led.delivered[k] == 1 for k in late)

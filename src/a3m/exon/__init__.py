@@ -11,12 +11,22 @@ from typing import Any
 from a3m.exon.clock import ClockStore, MemoryClockStore
 from a3m.exon.config import ExonConfig
 from a3m.exon.discovery import StaticDiscovery
-from a3m.exon.events import Delivered, Event, OutcomeUnknown, ReceiptReady, Writable
+from a3m.exon.events import (
+    Delivered,
+    Event,
+    NotDelivered,
+    OutcomeUnknown,
+    PeerReachable,
+    PeerUnreachable,
+    ReceiptReady,
+    Writable,
+)
 from a3m.exon.protocol import ExonProtocol, ExonStats
 
 __all__ = [
     "ClockStore", "Delivered", "Endpoint", "Event", "ExonConfig", "ExonProtocol", "ExonStats",
-    "MemoryClockStore", "OutcomeUnknown", "ReceiptReady", "StaticDiscovery", "Writable",
+    "MemoryClockStore", "NotDelivered", "OutcomeUnknown", "PeerReachable", "PeerUnreachable",
+    "ReceiptReady", "StaticDiscovery", "Writable",
 ]
 
 

@@ -61,6 +61,14 @@ class ExonConfig:
     #: their last token, their own REVOKE, a release of ours that was lost), so that *their*
     #: close completes promptly. Nothing depends on it for correctness; 0 = no linger.
     close_linger_rtos: float = 4.0
+    #: A peer that holds messages of ours unacknowledged (or whose slots our messages wait
+    #: for) and from which nothing at all was heard for this long is reported once with a
+    #: ``PeerUnreachable`` event (``PeerReachable`` when it is heard again). A signal only:
+    #: retransmission goes on. A closing node gives such a peer up (``abandon``: its messages
+    #: are reported, never silently dropped), so a close does not wait for a dead peer for
+    #: ever. 0 = never; else at least ``rto_max_s`` (a live peer must get several
+    #: retransmissions to answer: 4 x ``rto_max_s`` or more is advisable).
+    peer_timeout_s: float = 15.0
 
     def __post_init__(self) -> None:
         if not 128 <= self.max_datagram_size <= 65507:
@@ -83,6 +91,8 @@ class ExonConfig:
             raise UsageError("close_revoke_timeout_s must be > 0")
         if not 0 <= self.close_linger_rtos <= 1000:
             raise UsageError("close_linger_rtos must be within 0..1000")
+        if self.peer_timeout_s != 0 and not self.peer_timeout_s >= self.rto_max_s:
+            raise UsageError("peer_timeout_s must be 0 (never) or >= rto_max_s")
         if self.max_live_slots < self.slots_ahead:
             raise UsageError("max_live_slots must be >= slots_ahead")
 

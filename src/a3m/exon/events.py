@@ -45,3 +45,37 @@ class OutcomeUnknown(Event):
     destination: str
     payload: bytes
     receipt_id: int | None
+
+
+@dataclass(slots=True, eq=True)
+class NotDelivered(Event):
+    """A message to ``destination`` given up by :meth:`ExonProtocol.abandon
+    <a3m.exon.protocol.ExonProtocol.abandon>` before all of it ever left this node (queued
+    without a slot, or a fragmented message some of whose fragments were never sent): the
+    destination cannot have delivered it, and Exon will not send it. Sending it again cannot
+    duplicate it. No :class:`ReceiptReady` follows for ``receipt_id``. Treat as immutable.
+    """
+
+    destination: str
+    payload: bytes
+    receipt_id: int | None
+
+
+@dataclass(slots=True, eq=True)
+class PeerUnreachable(Event):
+    """Node ``peer`` holds messages of ours unacknowledged (or our messages wait for its slots)
+    and nothing at all was heard from it for ``silent_s`` seconds (at least
+    ``ExonConfig.peer_timeout_s``): it crashed, or the path to it is cut. A *signal* only:
+    Exon keeps retransmitting, and delivers exactly once if the peer answers again (then
+    :class:`PeerReachable` follows). The layer above may give up on it with
+    :meth:`ExonProtocol.abandon <a3m.exon.protocol.ExonProtocol.abandon>`."""
+
+    peer: str
+    silent_s: float
+
+
+@dataclass(slots=True, eq=True)
+class PeerReachable(Event):
+    """A peer reported :class:`PeerUnreachable` (and not abandoned since) was heard again."""
+
+    peer: str

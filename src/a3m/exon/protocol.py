@@ -25,7 +25,16 @@ from a3m.exon import wire
 from a3m.exon.clock import ClockStore, MemoryClockStore, NodeClock
 from a3m.exon.config import ExonConfig
 from a3m.exon.discovery import Resolver
-from a3m.exon.events import Delivered, Event, OutcomeUnknown, ReceiptReady, Writable
+from a3m.exon.events import (
+    Delivered,
+    Event,
+    NotDelivered,
+    OutcomeUnknown,
+    PeerReachable,
+    PeerUnreachable,
+    ReceiptReady,
+    Writable,
+)
 from a3m.exon.records import INF, Message, Reassembly, RecvRecord, SendRecord
 
 Address = Hashable
@@ -45,6 +54,12 @@ _VOID_PACK = wire.VOID_S.pack
 _REVOKE_PACK = wire.REVOKE_S.pack
 _REVOKED_PACK = wire.REVOKED_S.pack
 _RANGE_SIZE = wire.RANGE_S.size
+#: Most peers remembered as unreachable (not heard since): beyond it the oldest is forgotten
+#: (it gets no PeerReachable; a record still waiting on it may report it again).
+MAX_UNREACHABLE = 4096
+#: Retransmissions back off no further than ``peer_timeout_s`` / this, so a silent peer gets
+#: at least this many transmissions (each of which it would answer) before it is reported.
+PEER_CHANCES = 8
 
 
 class _Linger:
@@ -104,6 +119,11 @@ class ExonStats:
     resent_whole: int = 0  # messages proven undelivered, sent again whole on fresh slots
     # After is_closed(), the linger (docs/exon-wire.md, "Closing: the linger"):
     linger_answers: int = 0  # frames answered while lingering (re-ACKs, VOIDs, releases)
+    # Peer liveness (docs/exon-wire.md, "Peer liveness"):
+    peers_unreachable: int = 0  # PeerUnreachable events (a peer silent for peer_timeout_s)
+    peers_reachable: int = 0  # PeerReachable events (such a peer heard again)
+    peers_abandoned: int = 0  # send records given up by abandon() (or a closing node)
+    not_delivered: int = 0  # messages reported with NotDelivered (abandoned, never all sent)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -166,6 +186,13 @@ class ExonProtocol:
         self._path_mtu = path_mtu
         self._peer_mds: dict[str, int] = {}
         self._voids_out: set[tuple[str, int]] = set()  # VOIDs queued since the last output
+        # Peer liveness: peers reported PeerUnreachable and not heard since (-> when reported).
+        self._unreachable: dict[str, float] = {}
+        self._peer_timeout = cfg.peer_timeout_s
+        # Back-off stops at rto_max_s, or earlier so that a live peer gets at least
+        # PEER_CHANCES transmissions to answer within peer_timeout_s.
+        self._backoff_cap = (min(cfg.rto_max_s, cfg.peer_timeout_s / PEER_CHANCES)
+                             if cfg.peer_timeout_s else cfg.rto_max_s)
 
     # ------------------------------------------------------------------ associations
 
@@ -262,6 +289,8 @@ class ExonProtocol:
             self._blocked = True
             raise WouldBlock(f"send window to {dst!r} full")
         data = bytes(payload)
+        if not rec.tokens and not rec.queue:
+            rec.heard_at = now  # the record begins waiting on the peer: silence counts from here
         rec.idle_since = None
         if size <= rec.max_single:
             if not rec.queue and rec.env_lo < rec.sck:
@@ -334,18 +363,87 @@ class ExonProtocol:
         for rec in list(self._sr.values()):
             if not rec.queue and not rec.tokens:
                 self._release(rec, now)
+            elif rec.silent:
+                self.abandon(rec.peer, now)  # a peer already reported unreachable: give up
         initial = self.config.rto_initial_s
         for rr in list(self._rr.values()):
             rr.revoking = True
             rr.deferred = None
             self._emit(rr.peer, _REVOKE_PACK(_REVOKE, rr.rck))
             self.stats.revokes_sent += 1
+            if rr.peer in self._unreachable:
+                # Silent for peer_timeout_s already while it held messages of ours, and not
+                # heard since: waiting close_revoke_timeout_s more for its REVOKED would only
+                # delay the close. Given up at once, as at that timeout (its tokens bound to
+                # this record get VOID from now on: reported, never lost silently).
+                self.stats.revocations_abandoned += 1
+                self._abandoned[rr.peer] = rr.rck
+                self._discard_recv(rr, now)
+                continue
             iv = rtos.get(rr.peer, initial)
             rr.probe_iv = iv
             rr.revoke_due = min(now + iv, self._revoke_until)
             self._schedule(rr, rr.revoke_due)
         self._deferred.clear()
         self._check_closed(now)
+
+    def abandon(self, peer: str, now: float) -> int:
+        """Give up on ``peer`` (typically after :class:`PeerUnreachable`): every message queued
+        or in flight to it is reported, and its send record goes (its slots are released).
+
+        A message any piece of which may have reached the peer (every fragment of it was bound
+        to a slot) is reported :class:`OutcomeUnknown`: delivered at most once, maybe never. A
+        message that never wholly left this node (queued without a slot, or a fragmented one
+        some of whose fragments were never bound) is reported :class:`NotDelivered`: the peer
+        cannot have delivered it. Nothing reported is ever sent again, so if the peer comes
+        back (a partition that heals) each message is still delivered at most once; messages
+        sent to it later go on fresh slots. Messages *from* the peer are not affected. Returns
+        how many messages were reported (0: no send record to ``peer``). A closing node does
+        this by itself for a peer reported unreachable (see ``ExonConfig.peer_timeout_s``).
+        """
+        rec = self._sr.get(peer)
+        if rec is None:
+            return 0
+        reported = 0
+        msgs: dict[int, Message] = {}
+        for tok in rec.tokens.values():
+            meta = tok[2]
+            if isinstance(meta, Message):
+                msgs[id(meta)] = meta
+            else:
+                self._unknown(peer, tok[0][wire.TOKEN_OVERHEAD:], meta)
+                reported += 1
+        for data, frag, meta in rec.queue:
+            if frag is None:
+                self._not_delivered(peer, data, meta)
+                reported += 1
+            else:
+                msgs[id(meta)] = meta
+        for msg in msgs.values():
+            if msg.bound >= msg.count:
+                self._unknown(peer, msg.data, msg.rid)  # every fragment went out
+            else:
+                self._not_delivered(peer, msg.data, msg.rid)  # never whole outside this node
+            reported += 1
+        self._pending_total -= len(rec.tokens) + len(rec.queue)
+        rec.tokens.clear()
+        rec.queue.clear()
+        rec.req_out = False
+        self.stats.peers_abandoned += 1
+        # The release tells the peer (if it hears it) to drop every slot it granted us: a copy
+        # of an abandoned token still in the network is then ACKed without delivery, or was
+        # delivered before it (at most once either way, as reported).
+        self._release(rec, now)
+        if self._closing:
+            self._check_closed(now)
+        if self._blocked:
+            self._blocked = False
+            self._events.append(Writable())
+        return reported
+
+    def unreachable_peers(self) -> list[str]:
+        """Peers reported :class:`PeerUnreachable` and not heard from since (oldest first)."""
+        return list(self._unreachable)
 
     @property
     def closing(self) -> bool:
@@ -425,6 +523,11 @@ class ExonProtocol:
                 st.address_changes += 1
             self._addr[src] = addr
             self._peer_mds.pop(src, None)
+        sr = self._sr.get(src)
+        if sr is not None:
+            sr.heard_at = now  # peer liveness: any valid datagram counts
+        if self._unreachable and src in self._unreachable:
+            self._heard_again(src)
         st.frames_in += len(frames)
         rr = self._rr.get(src)
         acks: dict[int, list[int]] | None = None
@@ -613,7 +716,11 @@ class ExonProtocol:
             heapq.heappush(self._timers, (t, self._timer_seq, rec))
 
     def _rto(self, rec: SendRecord) -> float:
-        return min(rec.rto * rec.backoff, self.config.rto_max_s)
+        """The retransmission timeout with back-off, at most ``_backoff_cap`` (but never below
+        the measured RTO)."""
+        t = rec.rto * rec.backoff
+        cap = self._backoff_cap
+        return t if t < cap else max(cap, rec.rto)
 
     def _pump(self, rec: SendRecord, now: float) -> None:
         """Bind queued pieces to envelopes, then keep envelopes coming."""
@@ -834,6 +941,14 @@ class ExonProtocol:
                 self._release(rec, now)
                 return
             next_t = min(next_t, idle_due)
+        elif self._peer_timeout and not rec.silent:
+            due = rec.heard_at + self._peer_timeout
+            if now >= due:
+                self._silent(rec, now)
+                if not rec.alive:
+                    return  # abandoned (the node is closing)
+            elif due < next_t:
+                next_t = due
         self._schedule(rec, next_t)
 
     def _release(self, rec: SendRecord, now: float) -> None:
@@ -975,6 +1090,41 @@ class ExonProtocol:
         self._events.append(OutcomeUnknown(dst, bytes(payload), rid))
         self.stats.outcome_unknown += 1
 
+    def _not_delivered(self, dst: str, payload: bytes, rid: Any) -> None:
+        self._events.append(NotDelivered(dst, bytes(payload), rid))
+        self.stats.not_delivered += 1
+
+    # ------------------------------------------------------------------ peer liveness
+
+    def _silent(self, rec: SendRecord, now: float) -> None:
+        """``rec`` waits on its peer and nothing was heard from it for ``peer_timeout_s``:
+        report it (once for this record, until the peer is heard again). Nothing is dropped;
+        a closing node gives the peer up (its close would otherwise wait for ever)."""
+        rec.silent = True
+        peer = rec.peer
+        unreachable = self._unreachable
+        unreachable.pop(peer, None)
+        unreachable[peer] = now
+        if len(unreachable) > MAX_UNREACHABLE:
+            oldest = next(iter(unreachable))
+            del unreachable[oldest]
+            other = self._sr.get(oldest)
+            if other is not None:
+                other.silent = False
+        self._events.append(PeerUnreachable(peer, now - rec.heard_at))
+        self.stats.peers_unreachable += 1
+        if self._closing:
+            self.abandon(peer, now)
+
+    def _heard_again(self, src: str) -> None:
+        """A datagram from a peer reported unreachable."""
+        del self._unreachable[src]
+        rec = self._sr.get(src)
+        if rec is not None:
+            rec.silent = False
+        self._events.append(PeerReachable(src))
+        self.stats.peers_reachable += 1
+
     def _after_removal(self, rec: SendRecord, now: float) -> None:
         """Tokens left the record without an ACK (void, revoke): pump, go idle, unblock."""
         if not rec.alive:
@@ -1065,10 +1215,30 @@ class ExonProtocol:
         rec.last_active = now
         rec.probe_iv = self.config.probe_interval_s
         rec.drop_below(low)
+        if rec.reasm:
+            # A partial message all of whose slots are below the live range or below l (the
+            # sender never uses a slot below l again, and a later message of its starts at or
+            # above l, so it cannot join this one) can never be completed: the sender gave it
+            # up (abandon) or sent it again whole. Forget it, or the record would stay.
+            bound = max(rec.low, low)
+            for first in [f for f, e in rec.reasm.items() if f + e.count <= bound]:
+                del rec.reasm[first]
         if n:
             self._grant(rec, s, n)
-        elif rec.low >= rec.sck and not rec.reasm:
-            self._discard_recv(rec, now)
+            if rec.deferred is not None:
+                # Deferred (our buffers are full): answer with a probe all the same, so the
+                # sender, whose messages wait for these slots, hears we are alive (peer
+                # liveness) and tells us its l again. At most one per request it sends.
+                self._emit(src, _SLOTS_PACK(_SLOTS, rec.sck, rec.rck, 0))
+        else:
+            d = rec.deferred
+            if d is not None and low >= d[0] + d[1]:
+                # A release (l at or above the end of the deferred request; a waiting
+                # sender's answer to our probe has l <= its s): it wants none of those slots.
+                rec.deferred = None
+                self._deferred.pop(src, None)
+            if rec.low >= rec.sck and not rec.reasm and rec.deferred is None:
+                self._discard_recv(rec, now)
 
     def _grant(self, rec: RecvRecord, s: int, n: int) -> None:
         """Answer REQSLOTS(s, n): grant ``[s, s+m)``, all live, or defer while buffers are full."""

@@ -54,7 +54,7 @@ class SendRecord:
         "peer", "sck", "rck", "env_lo", "queue", "tokens",
         "req_out", "req_sent_at", "req_tx", "req_end",
         "srtt", "rttvar", "rto", "backoff", "idle_since", "timer_at", "alive", "max_single",
-        "closed_r", "void_floor", "revoked",
+        "closed_r", "void_floor", "revoked", "heard_at", "silent",
     )
 
     def __init__(self, peer: str, start: int, rto: float, now: float) -> None:
@@ -79,6 +79,11 @@ class SendRecord:
         self.closed_r = -1  # records <= this one were revoked or voided: their SLOTS are stale
         self.void_floor = -1  # records <= this one are known gone (VOID handled)
         self.revoked = -1  # a revoked record whose final REVOKED(r, 0) we still owe
+        # Peer liveness (docs/exon-wire.md, "Peer liveness"): the later of the last datagram
+        # heard from the peer and the moment this record began waiting on it (tokens or a
+        # queue); ``silent``: PeerUnreachable was reported for it and it was not heard since.
+        self.heard_at = now
+        self.silent = False
 
     @property
     def pending(self) -> int:

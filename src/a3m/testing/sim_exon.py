@@ -6,7 +6,9 @@ consumes what it receives (unless paused: a slow reader). The checker then prove
 delivered exactly once, nothing delivered that was not sent, and, in runs where nodes restart,
 never a duplicate and never a silent loss: a message is delivered, or reported by its sender as
 of unknown outcome (its receiver crashed), or its sender itself crashed with it in hand. A
-graceful restart (``close_restart``) must produce no unknown outcome at all.
+graceful restart (``close_restart``) must produce no unknown outcome at all. Applications
+that give up unreachable peers (``abandon_unreachable``) report messages NotDelivered too:
+such a message must never be delivered.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from typing import Any
 
 from a3m.errors import WouldBlock
 from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore
-from a3m.exon.events import Delivered, OutcomeUnknown, ReceiptReady
+from a3m.exon.events import (
+    Delivered,
+    NotDelivered,
+    OutcomeUnknown,
+    PeerReachable,
+    PeerUnreachable,
+    ReceiptReady,
+)
 from a3m.testing.sim import Network, SimulationError
 
 _MSG = struct.Struct(">HHI")  # sender index, receiver index, sequence number
@@ -57,6 +66,8 @@ class Ledger:
     owed: set[tuple[str, str, int]] = field(default_factory=set)
     #: Reported by their sender as OutcomeUnknown (delivered at most once, maybe not).
     unknown: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+    #: Reported by their sender as NotDelivered (given up before they wholly left it).
+    not_delivered: Counter[tuple[str, str, int]] = field(default_factory=Counter)
 
     def duplicates(self) -> int:
         return sum(c - 1 for c in self.delivered.values() if c > 1)
@@ -82,6 +93,10 @@ class ExonApp:
         self.receipts = 0
         self._rng = rng
         self._now = 0.0
+        #: Give up a peer reported PeerUnreachable (``ExonProtocol.abandon``), as a3m.Node does.
+        self.abandon_unreachable = False
+        self.unreachable = 0
+        self.reachable = 0
 
     # Host surface -------------------------------------------------------------------------
 
@@ -103,8 +118,14 @@ class ExonApp:
     # Application --------------------------------------------------------------------------
 
     def drain(self, now: float) -> None:
+        events = self.proto.drain_events()
+        while events:
+            self._handle(events, now)
+            events = self.proto.drain_events()  # what abandon() reported
+
+    def _handle(self, events: list[Any], now: float) -> None:
         ledger = self.ledger
-        for ev in self.proto.drain_events():
+        for ev in events:
             if isinstance(ev, Delivered):
                 p = ev.payload
                 if len(p) < _MSG.size:
@@ -131,6 +152,19 @@ class ExonApp:
                     ledger.phantoms += 1
                 ledger.unknown[key] += 1
                 ledger.owed.discard(key)
+            elif isinstance(ev, NotDelivered):
+                si, di, seq = _MSG.unpack_from(ev.payload)
+                key = (self.names[si], self.names[di], seq)
+                if key[0] != self.name or key[1] != ev.destination or key not in ledger.sent:
+                    ledger.phantoms += 1
+                ledger.not_delivered[key] += 1
+                ledger.owed.discard(key)
+            elif isinstance(ev, PeerUnreachable):
+                self.unreachable += 1
+                if self.abandon_unreachable:
+                    self.proto.abandon(ev.peer, now)
+            elif isinstance(ev, PeerReachable):
+                self.reachable += 1
 
     def resume(self) -> None:
         self.paused = False
@@ -312,11 +346,14 @@ class ExonCluster:
         led = self.ledger
         seed = self.net.seed
         dups, phantoms = led.duplicates(), led.phantoms
-        twice = sum(c - 1 for c in led.unknown.values() if c > 1)
-        if dups or phantoms or led.corrupt or twice:
+        reported = led.unknown + led.not_delivered
+        twice = sum(c - 1 for c in reported.values() if c > 1)
+        undelivered_but = [k for k in led.not_delivered if k in led.delivered]
+        if dups or phantoms or led.corrupt or twice or undelivered_but:
             raise SimulationError(f"duplicates={dups} phantoms={phantoms} corrupt={led.corrupt}"
-                                  f" reported twice={twice} (replay with A3M_SIM_SEED={seed})")
-        lost = [k for k in led.lost() if k not in led.unknown
+                                  f" reported twice={twice} not delivered but delivered="
+                                  f"{undelivered_but[:5]} (replay with A3M_SIM_SEED={seed})")
+        lost = [k for k in led.lost() if k not in reported
                 and not any(t >= led.sent_at[k] for t in self.crashes[k[0]])]
         if lost:
             raise SimulationError(f"{len(lost)} lost silently, e.g. {lost[:5]} "
@@ -325,6 +362,9 @@ class ExonCluster:
                 "lost_before_crash": len(led.lost()) if self.crash_times else 0,
                 "unknown": len(led.unknown),
                 "unknown_delivered": sum(1 for k in led.unknown if k in led.delivered),
+                "not_delivered": len(led.not_delivered),
+                "unreachable": sum(a.unreachable for a in self.apps.values()),
+                "reachable": sum(a.reachable for a in self.apps.values()),
                 "graceful_restarts": self.graceful_restarts}
 
     def quiesce(self, duration: float) -> None:
