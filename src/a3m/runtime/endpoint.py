@@ -14,7 +14,13 @@ from a3m.errors import Closed, Timeout, UsageError, WouldBlock
 from a3m.exon.clock import ClockStore
 from a3m.exon.config import ExonConfig
 from a3m.exon.discovery import Resolver, StaticDiscovery
-from a3m.exon.events import Delivered, Event, OutcomeUnknown, ReceiptReady
+from a3m.exon.events import (
+    Delivered,
+    Event,
+    NotDelivered,
+    OutcomeUnknown,
+    ReceiptReady,
+)
 from a3m.exon.protocol import ExonProtocol
 from a3m.runtime.clock_store import FileClockStore, WallClockStore
 from a3m.runtime.discovery_file import FileDiscovery
@@ -86,6 +92,8 @@ class Endpoint:
         # outcome_unknown() (the newest 65536; stats["outcome_unknown"] counts them all).
         self._unknown: deque[tuple[str, bytes, int | None]] = deque(maxlen=65536)
         self._unknown_receipts: set[int] = set()
+        # Messages given up with abandon() before they ever wholly left (NotDelivered).
+        self._not_delivered: deque[tuple[str, bytes, int | None]] = deque(maxlen=65536)
         self._closed = False
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}",
                               busy_poll_s=config.busy_poll_s)
@@ -184,7 +192,7 @@ class Endpoint:
     def wait_receipt(self, receipt_id: int, timeout: float | None = None) -> bool:
         """True once the destination acknowledged the message; False if the timeout passes or
         the message's outcome became unknown (its destination crashed with it in flight: see
-        :meth:`outcome_unknown`)."""
+        :meth:`outcome_unknown`) or it was given up undelivered (:meth:`not_delivered`)."""
         deadline = _deadline(timeout)
         drv = self._driver
         with drv.lock:
@@ -212,6 +220,36 @@ class Endpoint:
             self._unknown.clear()
             return out
 
+    def not_delivered(self) -> list[tuple[str, bytes, int | None]]:
+        """Take the messages given up (:meth:`abandon`, or a close that gave up a silent peer)
+        before they ever wholly left this node, as ``(destination, payload, receipt id or
+        None)``: surely not delivered, so sending them again cannot duplicate them."""
+        with self._driver.lock:
+            out = list(self._not_delivered)
+            self._not_delivered.clear()
+            return out
+
+    def unreachable_peers(self) -> list[str]:
+        """Node ids that hold messages of ours and from which nothing was heard for
+        ``peer_timeout_s`` (15 s by default), and not heard from since. Exon keeps
+        retransmitting to them (exactly once if they come back); :meth:`abandon` gives up."""
+        with self._driver.lock:
+            return self._proto.unreachable_peers()
+
+    def abandon(self, node_id: str) -> int:
+        """Give up on ``node_id`` (say, one :meth:`unreachable_peers` lists): each message
+        queued or in flight to it is reported, in :meth:`outcome_unknown` (it may have been
+        delivered, at most once) or in :meth:`not_delivered` (it never wholly left), and is
+        never sent again, even if the node comes back. Returns how many were reported."""
+        with self._driver.lock:
+            self._check_open()
+            now = time.monotonic()
+            n = self._proto.abandon(node_id, now)
+            self._on_events(deque(self._proto.drain_events()), now)
+            self._driver.notify_all()  # wait_receipt callers
+            self._driver.flush()  # the release
+            return n
+
     def in_flight(self) -> int:
         with self._driver.lock:
             return self._proto.in_flight()
@@ -223,7 +261,9 @@ class Endpoint:
         id and ``clock_file`` loses none of their messages), then stop. Returns True when that
         completed; False when the timeout passed first, or when a sender never confirmed
         (``close_revoke_timeout_s``): a restart then looks like a crash to the peers that did
-        not answer (messages of unknown outcome, never a silent loss).
+        not answer (messages of unknown outcome, never a silent loss), or when a destination
+        was silent for ``peer_timeout_s`` with messages of ours: the close gives it up (see
+        :meth:`abandon`) rather than wait for ever.
 
         After a clean close the node lingers in the background (``close_linger_rtos``): its
         socket stays open a few seconds to answer the peers' late frames, so that their own
@@ -236,7 +276,7 @@ class Endpoint:
         clean = True
         proto = self._proto
         with drv.lock:
-            abandoned = proto.stats.revocations_abandoned
+            abandoned = proto.stats.revocations_abandoned + proto.stats.peers_abandoned
             proto.close(time.monotonic())
             drv.wake()
             while not proto.is_closed():
@@ -247,7 +287,8 @@ class Endpoint:
                 drv.wait(min(left, 0.05) if left is not None else 0.05)
                 drv.wake()
             closed = proto.is_closed()
-            clean = clean and proto.stats.revocations_abandoned == abandoned
+            clean = clean and (proto.stats.revocations_abandoned
+                               + proto.stats.peers_abandoned) == abandoned
             if not closed:  # let the release frames leave (a linger sends them itself)
                 end = time.monotonic() + 0.05
                 while proto.has_output() and time.monotonic() < end:
@@ -288,3 +329,8 @@ class Endpoint:
                 self._unknown.append((ev.destination, ev.payload, ev.receipt_id))
                 if ev.receipt_id is not None:
                     self._unknown_receipts.add(ev.receipt_id)
+            elif type(ev) is NotDelivered:
+                self._not_delivered.append((ev.destination, ev.payload, ev.receipt_id))
+                if ev.receipt_id is not None:
+                    self._unknown_receipts.add(ev.receipt_id)
+            # PeerUnreachable / PeerReachable: counted in stats, listed by unreachable_peers()

@@ -23,7 +23,14 @@ from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.exon.config import ExonConfig
-from a3m.exon.events import Delivered, Event, OutcomeUnknown
+from a3m.exon.events import (
+    Delivered,
+    Event,
+    NotDelivered,
+    OutcomeUnknown,
+    PeerReachable,
+    PeerUnreachable,
+)
 from a3m.exon.protocol import ExonProtocol
 from a3m.patterns import BUILTIN
 from a3m.runtime.driver import Driver
@@ -123,6 +130,8 @@ class Node:
         self._sockets: dict[str, Socket] = {}
         self._listeners: list[Callable[[], None]] = []
         self._closed = False
+        self._peers_unreachable = 0  # PeerUnreachable events handled (links ended)
+        self._peers_reachable = 0
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-node-{self.id}",
                               upper_timer=self._core.next_timer, on_turn=self._on_turn,
                               busy_poll_s=config.busy_poll_s)
@@ -169,6 +178,8 @@ class Node:
             return {"exon": self._proto.stats.as_dict(), "malformed": self._core.malformed,
                     "not_found": self._core.not_found, "outbox": len(self._outbox),
                     "lost_messages": self._core.lost_messages,
+                    "peers_unreachable": self._peers_unreachable,
+                    "peers_reachable": self._peers_reachable,
                     "io_errors": drv.io_errors, "loop_errors": drv.loop_errors,
                     "event_errors": drv.event_errors}
 
@@ -191,8 +202,9 @@ class Node:
     def close(self, timeout: float | None = None) -> bool:
         """Close every socket (unlinking cleanly), deliver what is in flight, stop.
 
-        Returns False when the timeout passed first or a sender to this node never confirmed
-        the revocation of its slots (see :meth:`a3m.exon.Endpoint.close`). After a clean close
+        Returns False when the timeout passed first, a sender to this node never confirmed
+        the revocation of its slots, or a peer silent for ``peer_timeout_s`` was given up with
+        messages of ours (see :meth:`a3m.exon.Endpoint.close`). After a clean close
         the node lingers a few seconds in the background, answering its peers' late frames so
         that their close is prompt too (``close_linger_rtos``)."""
         if self._closed:
@@ -205,7 +217,7 @@ class Node:
         drv = self._driver
         proto = self._proto
         with drv.lock:
-            abandoned = proto.stats.revocations_abandoned
+            abandoned = proto.stats.revocations_abandoned + proto.stats.peers_abandoned
             proto.close(time.monotonic())
             drv.wake()
             while not proto.is_closed() or self._outbox:
@@ -217,7 +229,8 @@ class Node:
                 self._pump(time.monotonic())
                 drv.wake()
             closed = proto.is_closed()
-            clean = clean and proto.stats.revocations_abandoned == abandoned
+            clean = clean and (proto.stats.revocations_abandoned
+                               + proto.stats.peers_abandoned) == abandoned
             if not closed:  # let the release frames leave (a linger sends them itself)
                 end = time.monotonic() + 0.05
                 while proto.has_output() and time.monotonic() < end:
@@ -268,10 +281,33 @@ class Node:
                 if type(ev) is Delivered:
                     nbytes += len(ev.payload)
                     receive(ev.source, ev.payload, now)
-                elif type(ev) is OutcomeUnknown:  # its node crashed: its link cannot go on
+                elif type(ev) is OutcomeUnknown or type(ev) is NotDelivered:
+                    # Its node crashed, or was given up: its link cannot go on.
                     self._core.message_lost(ev.destination, ev.payload, now)
+                elif type(ev) is PeerUnreachable:
+                    self._peer_unreachable(ev.peer, now)
+                    events.extend(self._proto.drain_events())  # what abandon() reported
+                elif type(ev) is PeerReachable:
+                    self._peers_reachable += 1
         finally:
             self._proto.consumed(nbytes)  # the core's credits bound what it keeps
+
+    def _peer_unreachable(self, peer: str, now: float) -> None:
+        """Exon reports ``peer`` silent for ``peer_timeout_s`` while it holds messages of ours:
+        every link to it ends (a REQ waiting on it gets LinkError; a link this side initiated
+        is linked again later, with back-off, so a healed partition relinks), and Exon gives
+        up what it still holds for it: those messages belong to links that just ended, and
+        resending them to a peer that comes back would only replay them on links it may still
+        hold (docs/design.md, "Peer liveness")."""
+        self._peers_unreachable += 1
+        self._core.peer_lost(peer, now)
+        self._proto.abandon(peer, now)
+
+    def unreachable_peers(self) -> list[str]:
+        """Node ids reported unreachable (silent for ``peer_timeout_s`` while holding messages
+        of ours) and not heard from since."""
+        with self._driver.lock:
+            return self._proto.unreachable_peers()
 
     def _on_turn(self, now: float) -> None:
         t = self._core.next_timer()

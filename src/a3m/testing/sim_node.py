@@ -16,7 +16,13 @@ from typing import Any
 from a3m.core.node_core import NodeCore
 from a3m.errors import WouldBlock
 from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore
-from a3m.exon.events import Delivered, OutcomeUnknown
+from a3m.exon.events import (
+    Delivered,
+    NotDelivered,
+    OutcomeUnknown,
+    PeerReachable,
+    PeerUnreachable,
+)
 from a3m.patterns import BUILTIN
 
 
@@ -35,6 +41,8 @@ class NodeHost:
         self.outbox: deque[tuple[str, bytes]] = deque()
         self.app: Callable[[NodeHost, float], None] | None = None
         self.now = 0.0
+        self.peers_unreachable = 0  # as a3m.Node's stats
+        self.peers_reachable = 0
 
     def receive_datagram(self, data: bytes, addr: Any, now: float) -> None:
         self.proto.receive_datagram(data, addr, now)
@@ -52,12 +60,21 @@ class NodeHost:
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]:
         self.now = now
         self.core.now = now
-        for ev in self.proto.drain_events():
-            if isinstance(ev, Delivered):
-                self.core.receive(ev.source, ev.payload, now)
-                self.proto.consumed(len(ev.payload))
-            elif isinstance(ev, OutcomeUnknown):
-                self.core.message_lost(ev.destination, ev.payload, now)
+        events = self.proto.drain_events()
+        while events:  # as a3m.Node._on_events (abandon() reports more events)
+            for ev in events:
+                if isinstance(ev, Delivered):
+                    self.core.receive(ev.source, ev.payload, now)
+                    self.proto.consumed(len(ev.payload))
+                elif isinstance(ev, (OutcomeUnknown, NotDelivered)):
+                    self.core.message_lost(ev.destination, ev.payload, now)
+                elif isinstance(ev, PeerUnreachable):
+                    self.peers_unreachable += 1
+                    self.core.peer_lost(ev.peer, now)
+                    self.proto.abandon(ev.peer, now)
+                elif isinstance(ev, PeerReachable):
+                    self.peers_reachable += 1
+            events = self.proto.drain_events()
         if self.app is not None:
             self.app(self, now)
         self.pump(now)

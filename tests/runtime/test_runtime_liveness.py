@@ -1,0 +1,62 @@
+"""Peer liveness over real UDP: a REP node in another process is killed (SIGKILL: no UNLINK, no
+close, nothing ever again) while its REQ waits for the reply. The REQ's keepalive PING finds
+nobody; after ``peer_timeout_s`` of silence Exon reports the node unreachable, the REQ's recv
+raises LinkError well within its own timeout, and the REQ's node closes promptly."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+
+import a3m
+from a3m.errors import LinkError
+
+
+def rep_node(ready: Any, got: Any) -> None:
+    """Child process: a REP that takes one request, says so, and never answers."""
+    node = a3m.Node("liveness-rep", peer_timeout_s=1.0, rto_max_s=0.5)
+    rep = node.socket(a3m.REP, "rep")
+    ready.put(node.address)
+    got.put(rep.recv(timeout=60))
+    time.sleep(120)  # killed long before
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_req_gets_a_link_error_when_its_rep_process_is_killed() -> None:
+    ctx = mp.get_context("spawn")
+    ready: Any = ctx.Queue()
+    got: Any = ctx.Queue()
+    child = ctx.Process(target=rep_node, args=(ready, got), daemon=True)
+    child.start()
+    node = a3m.Node("liveness-req", peer_timeout_s=1.0, rto_max_s=0.5)
+    try:
+        node.associate("liveness-rep", tuple(ready.get(timeout=60)))
+        req = node.socket(a3m.REQ, "req", keepalive_s=0.5)
+        req.link("liveness-rep/rep")
+        assert req.wait_linked(timeout=30)
+        req.send(b"are you there?")
+        assert got.get(timeout=30) == b"are you there?"
+        time.sleep(0.2)  # its ACK is in: the REQ's link is quiet from now on
+        os.kill(child.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        with pytest.raises(LinkError, match="went away"):
+            req.recv(timeout=30)
+        took = time.monotonic() - killed
+        # keepalive_s (a PING after 0.5-0.75 s of quiet) + peer_timeout_s (1 s), plus slack.
+        assert took < 5.0, took
+        stats = node.stats
+        assert stats["peers_unreachable"] >= 1 and stats["exon"]["peers_abandoned"] >= 1
+        assert node.unreachable_peers() == ["liveness-rep"]
+        t0 = time.monotonic()
+        assert node.close(timeout=None) is False  # prompt, and says it gave a peer up
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        node.close(timeout=5)
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
