@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import socket
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 import a3m
 from a3m.errors import LinkError
+from a3m.exon import Endpoint
 
 
 def rep_node(ready: Any, got: Any) -> None:
@@ -60,3 +62,28 @@ def test_req_gets_a_link_error_when_its_rep_process_is_killed() -> None:
         child.join(timeout=10)
         if child.is_alive():
             child.kill()
+
+
+def test_endpoint_lists_an_unreachable_peer_and_abandons_it_on_request() -> None:
+    """The bare transport reports and lists a silent peer but gives nothing up by itself;
+    ``abandon`` reports what it held (here a message that never got a slot: NotDelivered,
+    so a receipt for it says False) and the close is then clean and prompt."""
+    hole = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    hole.bind(("127.0.0.1", 0))  # an address where nobody answers (datagrams just queue)
+    with Endpoint("liveness-ep", peer_timeout_s=1.0, rto_max_s=0.5) as ep:
+        ep.associate("ghost", hole.getsockname())
+        rid = ep.send("ghost", b"anyone?", receipt=True)
+        assert rid is not None
+        deadline = time.monotonic() + 10
+        while not ep.unreachable_peers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ep.unreachable_peers() == ["ghost"]
+        assert ep.stats["peers_unreachable"] == 1 and ep.in_flight() == 1  # kept, not dropped
+        assert ep.abandon("ghost") == 1
+        assert ep.not_delivered() == [("ghost", b"anyone?", rid)]
+        assert ep.outcome_unknown() == [] and ep.wait_receipt(rid, timeout=1) is False
+        assert ep.in_flight() == 0 and ep.abandon("ghost") == 0
+        t0 = time.monotonic()
+        assert ep.close(timeout=None) is True
+        assert time.monotonic() - t0 < 2.0
+    hole.close()
