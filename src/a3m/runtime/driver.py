@@ -345,6 +345,42 @@ class Driver:
             time.sleep(0.001)
         self._close_fds()
 
+    def close_protocol(self, deadline: float | None,
+                       pump: Callable[[float], None] | None = None,
+                       pending: Callable[[], bool] | None = None) -> bool:
+        """Close the protocol (``proto.close``) and drive it until ``is_closed()`` and nothing
+        is ``pending`` above it (``pump`` moves that into the protocol), or until the
+        monotonic ``deadline``; then linger (clean close) or stop. Returns True when the close
+        completed without giving anything up (a revocation or a silent peer abandoned)."""
+        proto = self.proto
+        stats = proto.stats
+        clean = True
+        with self.lock:
+            abandoned = stats.revocations_abandoned + stats.peers_abandoned
+            proto.close(time.monotonic())
+            self.wake()
+            while not proto.is_closed() or (pending is not None and pending()):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    clean = False
+                    break
+                self.wait(0.05 if left is None else min(left, 0.05))
+                if pump is not None:
+                    pump(time.monotonic())
+                self.wake()
+            closed = proto.is_closed()
+            clean = clean and stats.revocations_abandoned + stats.peers_abandoned == abandoned
+            if not closed:  # let the release frames leave (a linger sends them itself)
+                end = time.monotonic() + 0.05
+                while proto.has_output() and time.monotonic() < end:
+                    self.wake()
+                    self.wait(0.005)
+        if closed:
+            self.linger()
+        else:
+            self.stop()
+        return clean
+
     def linger(self) -> None:
         """After a clean close (``proto.is_closed()``): the application is done (``running``
         is False, no application thread leads any more), but the I/O thread keeps the socket

@@ -269,36 +269,10 @@ class Endpoint:
         socket stays open a few seconds to answer the peers' late frames, so that their own
         close is prompt too. An Endpoint or Node of the same id or port started in this
         process ends it at once; so does the process's exit."""
-        drv = self._driver
         if self._closed:
             return True
-        deadline = _deadline(timeout)
-        clean = True
-        proto = self._proto
-        with drv.lock:
-            abandoned = proto.stats.revocations_abandoned + proto.stats.peers_abandoned
-            proto.close(time.monotonic())
-            drv.wake()
-            while not proto.is_closed():
-                left = _remaining(deadline)
-                if left is not None and left <= 0:
-                    clean = False
-                    break
-                drv.wait(min(left, 0.05) if left is not None else 0.05)
-                drv.wake()
-            closed = proto.is_closed()
-            clean = clean and (proto.stats.revocations_abandoned
-                               + proto.stats.peers_abandoned) == abandoned
-            if not closed:  # let the release frames leave (a linger sends them itself)
-                end = time.monotonic() + 0.05
-                while proto.has_output() and time.monotonic() < end:
-                    drv.wake()
-                    drv.wait(0.005)
+        clean = self._driver.close_protocol(_deadline(timeout))
         self._closed = True
-        if closed:
-            drv.linger()
-        else:
-            drv.stop()
         return clean
 
     def __enter__(self) -> Endpoint:

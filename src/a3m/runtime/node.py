@@ -214,33 +214,9 @@ class Node:
         for sock in list(self._sockets.values()):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             clean = sock.close(left) and clean
-        drv = self._driver
-        proto = self._proto
-        with drv.lock:
-            abandoned = proto.stats.revocations_abandoned + proto.stats.peers_abandoned
-            proto.close(time.monotonic())
-            drv.wake()
-            while not proto.is_closed() or self._outbox:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    clean = False
-                    break
-                drv.wait(0.05 if left is None else min(left, 0.05))
-                self._pump(time.monotonic())
-                drv.wake()
-            closed = proto.is_closed()
-            clean = clean and (proto.stats.revocations_abandoned
-                               + proto.stats.peers_abandoned) == abandoned
-            if not closed:  # let the release frames leave (a linger sends them itself)
-                end = time.monotonic() + 0.05
-                while proto.has_output() and time.monotonic() < end:
-                    drv.wake()
-                    drv.wait(0.005)
+        clean = self._driver.close_protocol(deadline, self._pump,
+                                            lambda: bool(self._outbox)) and clean
         self._closed = True
-        if closed:
-            drv.linger()
-        else:
-            drv.stop()
         if self.journal is not None:
             self.journal.close(None if deadline is None else
                                max(1.0, deadline - time.monotonic()))
