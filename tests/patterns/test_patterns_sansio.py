@@ -101,7 +101,9 @@ def test_req_whose_rep_goes_away_gets_an_error_not_a_hang() -> None:
         req.try_recv()
 
 
-def test_rep_reply_to_a_vanished_req_is_a_link_error_then_rep_serves_on() -> None:
+def rep_owing_a_vanished_req() -> tuple[Pipe, SocketCore, SocketCore]:
+    """A REP that took a request from a REQ that then closed; another REQ is linked too.
+    Returns (pipe, rep, the other REQ)."""
     p = Pipe("a", "b", "c")
     req = p.nodes["a"].create("REQ", "req")
     other = p.nodes["c"].create("REQ", "req")
@@ -115,6 +117,11 @@ def test_rep_reply_to_a_vanished_req_is_a_link_error_then_rep_serves_on() -> Non
     assert got is not None and got.payload == b"q"
     req.close(p.now)
     p.run()
+    return p, rep, other
+
+
+def test_rep_reply_to_a_vanished_req_is_a_link_error_then_rep_serves_on() -> None:
+    p, rep, other = rep_owing_a_vanished_req()
     assert not rep.is_linked(("a", "req"))
     assert rep.writable  # the send does not block: it reports the error at once
     with pytest.raises(LinkError, match="went away"):
@@ -129,17 +136,7 @@ def test_rep_reply_to_a_vanished_req_is_a_link_error_then_rep_serves_on() -> Non
 
 
 def test_rep_may_skip_the_reply_to_a_vanished_req() -> None:
-    p = Pipe("a", "b", "c")
-    req = p.nodes["a"].create("REQ", "req")
-    other = p.nodes["c"].create("REQ", "req")
-    rep = p.nodes["b"].create("REP", "rep")
-    req.link(("b", "rep"), p.now)
-    other.link(("b", "rep"), p.now)
-    p.run()
-    req.try_send(b"q")
-    p.run()
-    assert rep.try_recv() is not None
-    req.close(p.now)
+    p, rep, other = rep_owing_a_vanished_req()
     other.try_send(b"q2")
     p.run()
     assert rep.readable  # the owed reply has nobody to go to: the next request is readable
