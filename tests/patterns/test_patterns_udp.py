@@ -32,7 +32,7 @@ def close_all(nodes: list[a3m.Node]) -> None:
             proto = n._proto
             left = ({p: (len(r.queue), len(r.tokens)) for p, r in proto._sr.items()},
                     {p: (r.revoking, r.live_count()) for p, r in proto._rr.items()},
-                    proto.stats.revocations_abandoned, len(n._outbox))
+                    proto.stats.revocations_abandoned, len(n._bridge.outbox))
             unclean.append((n.id, round(time.monotonic() - t0, 2), left))
     while RELAYS:
         RELAYS.pop().close()

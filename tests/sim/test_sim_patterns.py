@@ -255,7 +255,7 @@ def test_req_whose_rep_node_crashed_gets_a_link_error_not_a_hang(
     assert "went away" in str(failed[0])
     opts = req.options.keepalive_s, CFG.peer_timeout_s
     assert net.now - crashed_at <= 1.5 * opts[0] + opts[1] + 1.0
-    assert h["c"].peers_unreachable >= 1 and h["c"].proto.stats.peers_abandoned >= 1
+    assert h["c"].bridge.peers_unreachable >= 1 and h["c"].proto.stats.peers_abandoned >= 1
     assert h["c"].proto.unreachable_peers() == ["s"]
     with pytest.raises(UsageError):  # the request is gone with its link: nothing to wait for
         req.try_recv()
@@ -324,7 +324,7 @@ def test_reqrep_across_a_partition_longer_than_the_peer_timeout(
     assert max(served.values()) == 1  # served at most once, answered or not
     assert all(served[b"%d" % i] == 1 for i, o in outcome.items() if o == "answered")
     assert sum(o == "answered" for o in outcome.values()) >= total - 5
-    assert h["c"].peers_unreachable >= 1 and h["c"].peers_reachable >= 1
+    assert h["c"].bridge.peers_unreachable >= 1 and h["c"].bridge.peers_reachable >= 1
     assert net.stats.partitioned > 0
     count(net, 2 * total)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from random import Random
@@ -21,16 +20,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from a3m.core.link import REASONS
 from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import Received, SocketCore
+from a3m.core.transport import ExonBridge
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.exon.config import ExonConfig
-from a3m.exon.events import (
-    Delivered,
-    Event,
-    NotDelivered,
-    OutcomeUnknown,
-    PeerReachable,
-    PeerUnreachable,
-)
 from a3m.exon.protocol import ExonProtocol
 from a3m.patterns import BUILTIN
 from a3m.runtime.driver import Driver
@@ -126,13 +118,12 @@ class Node:
 
             self.journal = NodeJournal(journal, self.id)
             self._core.observer = self.journal
-        self._outbox: deque[tuple[str, bytes]] = deque()
+        self._bridge = ExonBridge(self._core, self._proto)
         self._sockets: dict[str, Socket] = {}
         self._listeners: list[Callable[[], None]] = []
         self._closed = False
-        self._peers_unreachable = 0  # PeerUnreachable events handled (links ended)
-        self._peers_reachable = 0
-        self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-node-{self.id}",
+        self._driver = Driver(self._proto, bind, self._bridge.on_events,
+                              name=f"a3m-node-{self.id}",
                               upper_timer=self._core.next_timer, on_turn=self._on_turn,
                               busy_poll_s=config.busy_poll_s)
 
@@ -176,10 +167,10 @@ class Node:
         with self._driver.lock:
             drv = self._driver
             return {"exon": self._proto.stats.as_dict(), "malformed": self._core.malformed,
-                    "not_found": self._core.not_found, "outbox": len(self._outbox),
+                    "not_found": self._core.not_found, "outbox": len(self._bridge.outbox),
                     "lost_messages": self._core.lost_messages,
-                    "peers_unreachable": self._peers_unreachable,
-                    "peers_reachable": self._peers_reachable,
+                    "peers_unreachable": self._bridge.peers_unreachable,
+                    "peers_reachable": self._bridge.peers_reachable,
                     "io_errors": drv.io_errors, "loop_errors": drv.loop_errors,
                     "event_errors": drv.event_errors}
 
@@ -189,12 +180,12 @@ class Node:
         deadline = _deadline(timeout)
         drv = self._driver
         with drv.lock:
-            while self._outbox or self._proto.in_flight() > 0:
+            while self._bridge.outbox or self._proto.in_flight() > 0:
                 self._check_open()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._pump(time.monotonic())
+                self._bridge.pump(time.monotonic())
                 drv.wake()
                 drv.wait(0.01 if left is None else min(left, 0.01))
             return True
@@ -214,8 +205,9 @@ class Node:
         for sock in list(self._sockets.values()):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             clean = sock.close(left) and clean
-        clean = self._driver.close_protocol(deadline, self._pump,
-                                            lambda: bool(self._outbox)) and clean
+        bridge = self._bridge
+        clean = self._driver.close_protocol(deadline, bridge.pump,
+                                            lambda: bool(bridge.outbox)) and clean
         self._closed = True
         if self.journal is not None:
             self.journal.close(None if deadline is None else
@@ -247,38 +239,6 @@ class Node:
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
-    def _on_events(self, events: deque[Event], now: float) -> None:
-        receive = self._core.receive
-        take = events.popleft  # taken before handling: see driver.EventHandler
-        nbytes = 0
-        try:
-            while events:
-                ev = take()
-                if type(ev) is Delivered:
-                    nbytes += len(ev.payload)
-                    receive(ev.source, ev.payload, now)
-                elif type(ev) is OutcomeUnknown or type(ev) is NotDelivered:
-                    # Its node crashed, or was given up: its link cannot go on.
-                    self._core.message_lost(ev.destination, ev.payload, now)
-                elif type(ev) is PeerUnreachable:
-                    self._peer_unreachable(ev.peer, now)
-                    events.extend(self._proto.drain_events())  # what abandon() reported
-                elif type(ev) is PeerReachable:
-                    self._peers_reachable += 1
-        finally:
-            self._proto.consumed(nbytes)  # the core's credits bound what it keeps
-
-    def _peer_unreachable(self, peer: str, now: float) -> None:
-        """Exon reports ``peer`` silent for ``peer_timeout_s`` while it holds messages of ours:
-        every link to it ends (a REQ waiting on it gets LinkError; a link this side initiated
-        is linked again later, with back-off, so a healed partition relinks), and Exon gives
-        up what it still holds for it: those messages belong to links that just ended, and
-        resending them to a peer that comes back would only replay them on links it may still
-        hold (docs/design.md, "Peer liveness")."""
-        self._peers_unreachable += 1
-        self._core.peer_lost(peer, now)
-        self._proto.abandon(peer, now)
-
     def unreachable_peers(self) -> list[str]:
         """Node ids reported unreachable (silent for ``peer_timeout_s`` while holding messages
         of ours) and not heard from since."""
@@ -290,35 +250,14 @@ class Node:
         if t is not None and t <= now:
             self._core.handle_timer(now)
             self._driver.notify_all()
-        self._pump(now)
+        self._bridge.pump(now)
         for fn in self._listeners:
             fn()
 
-    def _pump(self, now: float) -> None:
-        """Move what the core produced into Exon, as far as its windows allow."""
-        out = self._core.take_output()
-        if out:
-            self._outbox.extend(out)
-        outbox = self._outbox
-        proto = self._proto
-        if not outbox or not (proto.can_send(outbox[0][0]) or proto.closing):
-            return  # a full window: an ACK's turn pumps again (no WouldBlock raised per send)
-        send = proto.send
-        while outbox:
-            dst, data = outbox[0]
-            try:
-                send(dst, data, now)
-            except WouldBlock:
-                break
-            except Closed:  # the node is closing: late answers (refusals, relinks) go nowhere
-                outbox.clear()
-                break
-            outbox.popleft()
-
     def _after_call(self) -> None:
         """Under the lock, after an application call changed the core."""
-        if self._outbox or self._core.has_output():
-            self._pump(time.monotonic())
+        if self._bridge.has_output():
+            self._bridge.pump(time.monotonic())
             self._driver.flush()
         self._driver.notify_all()
         for fn in self._listeners:

@@ -14,15 +14,8 @@ from random import Random
 from typing import Any
 
 from a3m.core.node_core import NodeCore
-from a3m.errors import WouldBlock
+from a3m.core.transport import ExonBridge
 from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore
-from a3m.exon.events import (
-    Delivered,
-    NotDelivered,
-    OutcomeUnknown,
-    PeerReachable,
-    PeerUnreachable,
-)
 from a3m.patterns import BUILTIN
 
 
@@ -38,11 +31,9 @@ class NodeHost:
                              max_message_size=config.max_message_size)
         for kind, cls in BUILTIN.items():
             self.core.register_type(kind, cls)
-        self.outbox: deque[tuple[str, bytes]] = deque()
+        self.bridge = ExonBridge(self.core, self.proto)  # as a3m.Node: the same glue
         self.app: Callable[[NodeHost, float], None] | None = None
         self.now = 0.0
-        self.peers_unreachable = 0  # as a3m.Node's stats
-        self.peers_reachable = 0
 
     def receive_datagram(self, data: bytes, addr: Any, now: float) -> None:
         self.proto.receive_datagram(data, addr, now)
@@ -60,34 +51,11 @@ class NodeHost:
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]:
         self.now = now
         self.core.now = now
-        events = self.proto.drain_events()
-        while events:  # as a3m.Node._on_events (abandon() reports more events)
-            for ev in events:
-                if isinstance(ev, Delivered):
-                    self.core.receive(ev.source, ev.payload, now)
-                    self.proto.consumed(len(ev.payload))
-                elif isinstance(ev, (OutcomeUnknown, NotDelivered)):
-                    self.core.message_lost(ev.destination, ev.payload, now)
-                elif isinstance(ev, PeerUnreachable):
-                    self.peers_unreachable += 1
-                    self.core.peer_lost(ev.peer, now)
-                    self.proto.abandon(ev.peer, now)
-                elif isinstance(ev, PeerReachable):
-                    self.peers_reachable += 1
-            events = self.proto.drain_events()
+        self.bridge.on_events(deque(self.proto.drain_events()), now)
         if self.app is not None:
             self.app(self, now)
         self.pump(now)
         return self.proto.datagrams_to_send(now)
 
     def pump(self, now: float) -> None:
-        self.outbox.extend(self.core.take_output())
-        if self.outbox and not self.proto.can_send(self.outbox[0][0]):
-            return  # a full window (or closing): no WouldBlock raised per message
-        while self.outbox:
-            dst, data = self.outbox[0]
-            try:
-                self.proto.send(dst, data, now)
-            except WouldBlock:
-                return
-            self.outbox.popleft()
+        self.bridge.pump(now)

@@ -1,0 +1,97 @@
+"""The node core over an Exon protocol, without I/O: the one place that turns Exon's events into
+core calls and moves what the core sends into Exon. ``a3m.Node`` drives it over real sockets and
+the simulator's host over the simulated network, so both behave alike by construction."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from a3m.core.node_core import NodeCore
+from a3m.errors import Closed, WouldBlock
+from a3m.exon.events import (
+    Delivered,
+    Event,
+    NotDelivered,
+    OutcomeUnknown,
+    PeerReachable,
+    PeerUnreachable,
+)
+from a3m.exon.protocol import ExonProtocol
+
+
+class ExonBridge:
+    """Joins a :class:`NodeCore` to an :class:`ExonProtocol`.
+
+    ``outbox`` holds what the core sent that Exon cannot take yet (its window is full); the
+    core's credits bound it, so nothing is dropped to make room.
+    """
+
+    def __init__(self, core: NodeCore, proto: ExonProtocol) -> None:
+        self.core = core
+        self.proto = proto
+        self.outbox: deque[tuple[str, bytes]] = deque()
+        self.peers_unreachable = 0  # PeerUnreachable events handled (links ended)
+        self.peers_reachable = 0
+
+    def on_events(self, events: deque[Event], now: float) -> None:
+        """Handle ``events``, taking each one off the deque before handling it: when a handler
+        raises, the events not yet taken stay queued for the caller to go on with."""
+        core, proto = self.core, self.proto
+        receive = core.receive
+        take = events.popleft
+        nbytes = 0
+        try:
+            while events:
+                ev = take()
+                if type(ev) is Delivered:
+                    nbytes += len(ev.payload)
+                    receive(ev.source, ev.payload, now)
+                elif type(ev) is OutcomeUnknown or type(ev) is NotDelivered:
+                    # Its node crashed, or was given up: its link cannot go on.
+                    core.message_lost(ev.destination, ev.payload, now)
+                elif type(ev) is PeerUnreachable:
+                    self.peer_unreachable(ev.peer, now)
+                    events.extend(proto.drain_events())  # what abandon() reported
+                elif type(ev) is PeerReachable:
+                    self.peers_reachable += 1
+        finally:
+            proto.consumed(nbytes)  # the core's credits bound what it keeps
+
+    def peer_unreachable(self, peer: str, now: float) -> None:
+        """Exon reports ``peer`` silent for ``peer_timeout_s`` while it holds messages of ours:
+        every link to it ends (a REQ waiting on it gets LinkError; a link this side initiated
+        is linked again later, with back-off, so a healed partition relinks), and Exon gives
+        up what it still holds for it: those messages belong to links that just ended, and
+        resending them to a peer that comes back would only replay them on links it may still
+        hold (docs/design.md, "Peer liveness")."""
+        self.peers_unreachable += 1
+        self.core.peer_lost(peer, now)
+        self.proto.abandon(peer, now)
+
+    def has_output(self) -> bool:
+        """Whether :meth:`pump` has something to move."""
+        return bool(self.outbox) or self.core.has_output()
+
+    def pump(self, now: float) -> None:
+        """Move what the core produced into Exon, as far as its windows allow."""
+        out = self.core.take_output()
+        outbox = self.outbox
+        if out:
+            outbox.extend(out)
+        proto = self.proto
+        if not outbox or not (proto.can_send(outbox[0][0]) or proto.closing):
+            return  # a full window: an ACK's turn pumps again (no WouldBlock raised per send)
+        send = proto.send
+        while outbox:
+            dst, data = outbox[0]
+            try:
+                send(dst, data, now)
+            except WouldBlock:
+                break
+            except Closed:  # the node is closing: late answers (refusals, relinks) go nowhere
+                outbox.clear()
+                break
+            outbox.popleft()
+
+
+__all__ = ["ExonBridge"]
