@@ -71,8 +71,10 @@ class Pair:
                     p.consumed(len(ev.payload))
 
     def advance(self, dt: float) -> None:
-        """Move the clock by ``dt``, firing timers in order and transferring after each."""
+        """Move the clock by ``dt``, firing timers in order and transferring after each
+        (what was sent before the call leaves first, at the current time)."""
         end = self.now + dt
+        self.transfer()
         for _ in range(100_000):
             due = [t for p in self.nodes.values() if (t := p.next_timer()) is not None]
             t = min(due) if due else None

@@ -105,4 +105,4 @@ def test_config_from_options() -> None:
     with pytest.raises(UsageError, match="unknown Exon option"):
         ExonConfig.from_options({"windw": 1})
     with pytest.raises(UsageError):
-        ExonConfig(rto_min_s=5.0)
+        ExonConfig(rto_initial_s=5.0)  # above rto_max_s

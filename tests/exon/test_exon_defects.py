@@ -174,8 +174,7 @@ def test_f6_karn_no_rtt_sample_from_a_retransmitted_token() -> None:
     a = p.nodes["a"]
     a.send("b", b"warm", p.now)
     p.transfer()
-    rec = a._sr["b"]
-    srtt = rec.srtt
+    srtt = a.path_stats("b")["srtt_s"]
     first = [True]
 
     def drop_first_token(data: bytes, src: str, dst: str) -> bool:
@@ -190,7 +189,7 @@ def test_f6_karn_no_rtt_sample_from_a_retransmitted_token() -> None:
     p.advance(1.0)
     assert [m for _, m in p.delivered("b")] == [b"warm", b"lost once"]
     assert a.stats.retransmits == 1
-    assert rec.srtt == srtt  # the ambiguous sample was not taken
+    assert a.path_stats("b")["srtt_s"] == srtt  # the ambiguous sample was not taken
 
 
 def test_f6_rtt_is_per_peer() -> None:
@@ -205,8 +204,8 @@ def test_f6_rtt_is_per_peer() -> None:
         a.receive_datagram(d, "b", 0.004)
     for d, _ in p.nodes["c"].datagrams_to_send(0.0):
         a.receive_datagram(d, "c", 0.050)
-    assert a._sr["b"].srtt == pytest.approx(0.004)
-    assert a._sr["c"].srtt == pytest.approx(0.050)
+    assert a.path_stats("b")["srtt_s"] == pytest.approx(0.004)
+    assert a.path_stats("c")["srtt_s"] == pytest.approx(0.050)
 
 
 def test_f7_receiver_memory_does_not_grow_with_the_senders_clock() -> None:

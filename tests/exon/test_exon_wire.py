@@ -12,13 +12,17 @@ from a3m.exon import ExonProtocol, wire
 
 # Golden vectors: these bytes are the protocol. A change here is a wire-format change.
 GOLDEN = {
-    "header alpha->beta": (wire.encode_header("alpha", "beta"), "020005616c7068610462657461"),
-    "REQSLOTS s=1000 n=64 l=990": (
-        wire.encode_reqslots(1000, 64, 990), "0100000000000003e80000004000000000000003de"),
-    "SLOTS s=1000 r=7 n=64": (
-        wire.encode_slots(1000, 7, 64), "0200000000000003e8000000000000000700000040"),
+    "header alpha->beta": (wire.encode_header("alpha", "beta"), "030005616c7068610462657461"),
+    "REQSLOTS s=1000 n=64 l=990 copy 2": (
+        wire.encode_reqslots(1000, 64, 990, 2), "0100000000000003e80000004000000000000003de02"),
+    "SLOTS s=1000 r=7 n=64 ack delay 2000 us echo 2": (
+        wire.encode_slots(1000, 7, 64, 2000, 2),
+        "0200000000000003e8000000000000000700000040000007d002"),
     "TOKEN s=1000 r=7 'hi'": (
         wire.encode_token(1000, 7, b"hi"), "030000000000000003e8000000000000000700026869"),
+    "TOKEN s=1000 r=7 'hi', retransmitted": (
+        wire.encode_token(1000, 7, b"hi", retransmit=True),
+        "030200000000000003e8000000000000000700026869"),
     "TOKEN fragment 1/3 of 9 bytes": (
         wire.encode_token(1001, 7, b"abc", (1, 3, 9)),
         "030100000000000003e900000000000000070003000000010000000300000009616263"),
@@ -31,7 +35,7 @@ GOLDEN = {
 }
 
 DATAGRAM = bytes.fromhex(
-    "020005616c7068610462657461"
+    "030005616c7068610462657461"
     "030000000000000003e8000000000000000700026869"
     "040000000000000007000100000000000003e800000002")
 
@@ -45,12 +49,12 @@ def test_golden_vectors(name: str) -> None:
 def test_golden_datagram_decodes() -> None:
     src, dst, frames = wire.decode_datagram(DATAGRAM)
     assert (src, dst) == ("alpha", "beta")
-    assert frames == [(wire.TOKEN, 1000, 7, b"hi", 0, 1, 2), (wire.ACK, 7, ((1000, 2),))]
+    assert frames == [(wire.TOKEN, 1000, 7, b"hi", 0, 1, 2, 0), (wire.ACK, 7, ((1000, 2),))]
 
 
 # The restart frames (VOID, REVOKE, REVOKED) in one datagram, `beta` -> `alpha` (also in the doc).
 RESTART_DATAGRAM = bytes.fromhex(
-    "0200046265746105616c706861"
+    "0300046265746105616c706861"
     "050000000000000007"
     "060000000000000009"
     "07000000000000000700000000")
@@ -64,10 +68,10 @@ def test_golden_restart_datagram_decodes() -> None:
 
 def test_round_trip_every_frame() -> None:
     frames = [
-        wire.encode_reqslots(2**63, 2**32 - 1, 5),
-        wire.encode_slots(0, 2**64 - 2, 1),
+        wire.encode_reqslots(2**63, 2**32 - 1, 5, 255),
+        wire.encode_slots(0, 2**64 - 2, 1, 2**32 - 1, 1),
         wire.encode_token(3, 4, b"payload"),
-        wire.encode_token(9, 4, b"xy", (0, 2, 4)),
+        wire.encode_token(9, 4, b"xy", (0, 2, 4), retransmit=True),
         wire.encode_ack(4, [(1, 1), (10, 5)]),
         wire.encode_void(2**64 - 1),
         wire.encode_revoke(0),
@@ -77,10 +81,10 @@ def test_round_trip_every_frame() -> None:
     src, dst, out = wire.decode_datagram(data)
     assert (src, dst) == ("n\u00e9", "m")
     assert out == [
-        (wire.REQSLOTS, 2**63, 2**32 - 1, 5),
-        (wire.SLOTS, 0, 2**64 - 2, 1),
-        (wire.TOKEN, 3, 4, b"payload", 0, 1, 7),
-        (wire.TOKEN, 9, 4, b"xy", 0, 2, 4),
+        (wire.REQSLOTS, 2**63, 2**32 - 1, 5, 255),
+        (wire.SLOTS, 0, 2**64 - 2, 1, 2**32 - 1, 1),
+        (wire.TOKEN, 3, 4, b"payload", 0, 1, 7, 0),
+        (wire.TOKEN, 9, 4, b"xy", 0, 2, 4, wire.FLAG_FRAGMENT | wire.FLAG_RETRANSMIT),
         (wire.ACK, 4, ((1, 1), (10, 5))),
         (wire.VOID, 2**64 - 1),
         (wire.REVOKE, 0),
@@ -110,7 +114,8 @@ def test_every_truncation_of_restart_frames_is_an_error(cut: int) -> None:
 
 @pytest.mark.parametrize("bad, kind", [
     (b"\x01\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 1: refused
-    (b"\x03\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # unknown version
+    (b"\x02\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 2: refused
+    (b"\x04\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # unknown version
     (b"\x01\x00\x00\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # empty src id
     (wire.encode_header("a", "b") + b"\x09", "malformed"),  # unknown frame type
     (wire.encode_header("a", "b") + b"\x08" + bytes(12), "malformed"),  # the next type

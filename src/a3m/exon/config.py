@@ -25,9 +25,11 @@ class ExonConfig:
     slots_ahead: int = 2048
     #: Most slots one receive record keeps live (span from its lowest live slot to its end).
     max_live_slots: int = 8192
-    #: Retransmission timeout before any RTT sample, and its bounds.
+    #: Probe timeout before any RTT sample to a peer (a path's measurements outlive its send
+    #: records, so this is the first exchange's timeout only). Afterwards the probe timeout is
+    #: srtt + max(4 rttvar, 1 ms) + the peer's ACK delay, with no floor (``a3m.exon.recovery``).
     rto_initial_s: float = 0.2
-    rto_min_s: float = 0.03
+    #: Longest probe timeout after back-off (it doubles on each consecutive expiry).
     rto_max_s: float = 2.0
     #: Longest an ACK waits for a frame to the same peer to ride with (a reply, usually), so a
     #: request/reply exchange costs one datagram each way instead of two; 0 = ack at once.
@@ -79,12 +81,12 @@ class ExonConfig:
                      "max_message_size", "recv_buffer_bytes", "clock_reserve_block"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be positive")
-        if not 0 < self.rto_min_s <= self.rto_initial_s <= self.rto_max_s:
-            raise UsageError("need 0 < rto_min_s <= rto_initial_s <= rto_max_s")
+        if not 0 < self.rto_initial_s <= self.rto_max_s:
+            raise UsageError("need 0 < rto_initial_s <= rto_max_s")
         if not 0 <= self.busy_poll_s <= 0.01:
             raise UsageError("busy_poll_s must be within 0 <= busy_poll_s <= 0.01")
-        if not 0 <= self.ack_delay_s < self.rto_min_s:
-            raise UsageError("ack_delay_s must be within 0 <= ack_delay_s < rto_min_s")
+        if not 0 <= self.ack_delay_s <= 0.1:
+            raise UsageError("ack_delay_s must be within 0..0.1 s")
         if self.idle_release_s < 0 or self.probe_interval_s <= 0:
             raise UsageError("idle_release_s must be >= 0 and probe_interval_s > 0")
         if not self.close_revoke_timeout_s > 0:

@@ -36,6 +36,7 @@ from a3m.exon.events import (
     Writable,
 )
 from a3m.exon.records import INF, Message, Reassembly, RecvRecord, SendRecord
+from a3m.exon.recovery import PathRecovery
 
 Address = Hashable
 
@@ -54,12 +55,23 @@ _VOID_PACK = wire.VOID_S.pack
 _REVOKE_PACK = wire.REVOKE_S.pack
 _REVOKED_PACK = wire.REVOKED_S.pack
 _RANGE_SIZE = wire.RANGE_S.size
+_RETRANSMIT = wire.as_retransmission
+_FLAG_RETRANSMIT = wire.FLAG_RETRANSMIT
+#: Most paths (per-peer RTT and window) remembered beyond their send records' lives.
+MAX_PATHS = 4096
+#: Tokens one probe timeout sends again (QUIC sends one or two probe packets).
+PROBE_TOKENS = 2
 #: Most peers remembered as unreachable (not heard since): beyond it the oldest is forgotten
 #: (it gets no PeerReachable; a record still waiting on it may report it again).
 MAX_UNREACHABLE = 4096
 #: Retransmissions back off no further than ``peer_timeout_s`` / this, so a silent peer gets
 #: at least this many transmissions (each of which it would answer) before it is reported.
 PEER_CHANCES = 8
+
+
+def _copy_no(tx: int) -> int:
+    """The copy number REQSLOTS carries for its ``tx``-th transmission: 1..255, cycling."""
+    return (tx - 1) % 255 + 1
 
 
 class _Linger:
@@ -93,7 +105,9 @@ class ExonStats:
     from_self: int = 0
     tokens_sent: int = 0
     retransmits: int = 0
-    fast_retransmits: int = 0  # of which resent early: a later token was acknowledged
+    fast_retransmits: int = 0  # of which declared lost: a later token was acknowledged
+    probe_timeouts: int = 0  # probe timeouts expired (each sends a probe or two)
+    congestion_events: int = 0  # window reductions (one per round at most)
     reqslots_sent: int = 0
     reqslots_retransmits: int = 0
     delivered: int = 0
@@ -193,6 +207,9 @@ class ExonProtocol:
         # PEER_CHANCES transmissions to answer within peer_timeout_s.
         self._backoff_cap = (min(cfg.rto_max_s, cfg.peer_timeout_s / PEER_CHANCES)
                              if cfg.peer_timeout_s else cfg.rto_max_s)
+        # Loss recovery state per peer, kept beyond its send records (bounded).
+        self._paths: dict[str, PathRecovery] = {}
+        self._ack_delay_us = int(cfg.ack_delay_s * 1_000_000)
 
     # ------------------------------------------------------------------ associations
 
@@ -219,9 +236,9 @@ class ExonProtocol:
         record and a REQSLOTS(n=0) carrying ``l`` from each send record.
         """
         for rr in self._rr.values():
-            self._emit(rr.peer, _SLOTS_PACK(_SLOTS, rr.sck, rr.rck, 0))
+            self._emit(rr.peer, _SLOTS_PACK(_SLOTS, rr.sck, rr.rck, 0, self._ack_delay_us, 0))
         for sr in self._sr.values():
-            self._emit(sr.peer, _REQSLOTS_PACK(_REQSLOTS, sr.sck, 0, sr.lowest_in_use()))
+            self._emit(sr.peer, _REQSLOTS_PACK(_REQSLOTS, sr.sck, 0, sr.lowest_in_use(), 0))
 
     @property
     def clock(self) -> int:
@@ -280,7 +297,7 @@ class ExonProtocol:
                 raise WouldBlock("global send window full")
             if not dst or len(dst.encode("utf-8")) > wire.MAX_ID_BYTES:
                 raise UsageError(f"bad node id {dst!r}")
-            rec = SendRecord(dst, self._clock.value, cfg.rto_initial_s, now)
+            rec = SendRecord(dst, self._clock.value, self._path(dst), now)
             rec.max_single = self._limit(dst) - len(self._header(dst)) - wire.TOKEN_OVERHEAD
             self._sr[dst] = rec
             self.stats.send_records_created += 1
@@ -293,17 +310,22 @@ class ExonProtocol:
             rec.heard_at = now  # the record begins waiting on the peer: silence counts from here
         rec.idle_since = None
         if size <= rec.max_single:
-            if not rec.queue and rec.env_lo < rec.sck:
-                # Fast path: an envelope is in hand, the token goes out at once.
+            path = rec.path
+            if not rec.queue and rec.env_lo < rec.sck and path.inflight < path.cwnd:
+                # Fast path: an envelope is in hand, the window has room: out at once.
                 s = rec.env_lo
                 rec.env_lo = s + 1
                 frame = _TOKEN_PACK(_TOKEN, 0, s, rec.rck, size) + data
-                rec.tokens[s] = (frame, rec.rck, rid, now, 1)
+                path.seq += 1
+                rec.tokens[s] = (frame, rec.rck, rid, now, 1, path.seq)
+                path.inflight += len(frame)
                 self._pending_total += 1
                 self._emit(dst, frame)
                 self.stats.tokens_sent += 1
-                if rec.timer_at == INF:
-                    self._schedule(rec, now + rec.rto * rec.backoff)
+                rec.last_sent = now
+                t = now + path.pto
+                if t < rec.timer_at:
+                    self._schedule(rec, t)
                 if rec.sck - rec.env_lo < (cfg.slots_ahead >> 1) and not rec.req_out:
                     self._request_slots(rec, now)
                 return rid
@@ -359,7 +381,7 @@ class ExonProtocol:
         # REVOKE is retransmitted from the peer's RTO when we have measured one (its send
         # record's), else from rto_initial_s: on a lossy path the close waits a few RTTs, not
         # a few times rto_initial_s.
-        rtos = {peer: rec.rto for peer, rec in self._sr.items()}
+        rtos = {peer: rec.path.pto for peer, rec in self._sr.items()}
         for rec in list(self._sr.values()):
             if not rec.queue and not rec.tokens:
                 self._release(rec, now)
@@ -426,6 +448,7 @@ class ExonProtocol:
                 self._not_delivered(peer, msg.data, msg.rid)  # never whole outside this node
             reported += 1
         self._pending_total -= len(rec.tokens) + len(rec.queue)
+        rec.path.on_removed_bytes(sum(len(tok[0]) for tok in rec.tokens.values()))
         rec.tokens.clear()
         rec.queue.clear()
         rec.req_out = False
@@ -536,7 +559,7 @@ class ExonProtocol:
         for f in frames:
             kind = f[0]
             if kind == _TOKEN:
-                _, s, r, payload, index, count, total = f
+                _, s, r, payload, index, count, total, flags = f
                 if rr is None:
                     rr = self._rr.get(src)
                 if rr is not None and rr.rck == r and rr.low <= s < rr.sck and s not in rr.dead:
@@ -544,6 +567,9 @@ class ExonProtocol:
                         rr.low = s + 1  # in-order arrival: the common case, inlined
                     else:
                         rr.consume(s)
+                        self._ack_now = True  # a gap, or one filled: the sender is recovering
+                    if flags & _FLAG_RETRANSMIT:
+                        self._ack_now = True  # its first copy was taken for lost
                     rr.last_active = now
                     if count == 1:
                         push_event(Delivered(src, payload))
@@ -594,10 +620,10 @@ class ExonProtocol:
             elif kind == _ACK:
                 self._on_ack(src, f[1], f[2], now)
             elif kind == _REQSLOTS:
-                self._on_reqslots(src, f[1], f[2], f[3], now)
+                self._on_reqslots(src, f[1], f[2], f[3], f[4], now)
                 rr = self._rr.get(src)
             elif kind == _SLOTS:
-                self._on_slots(src, f[1], f[2], f[3], now)
+                self._on_slots(src, f[1], f[2], f[3], f[4], f[5], now)
             elif kind == _VOID:
                 self._on_void(src, f[1], now)
             elif kind == _REVOKE:
@@ -715,23 +741,45 @@ class ExonProtocol:
             self._timer_seq += 1
             heapq.heappush(self._timers, (t, self._timer_seq, rec))
 
-    def _rto(self, rec: SendRecord) -> float:
-        """The retransmission timeout with back-off, at most ``_backoff_cap`` (but never below
-        the measured RTO)."""
-        t = rec.rto * rec.backoff
-        cap = self._backoff_cap
-        return t if t < cap else max(cap, rec.rto)
+    def _path(self, peer: str) -> PathRecovery:
+        """The loss-recovery state of the path to ``peer`` (kept beyond its send records, so a
+        new record starts from what was measured before)."""
+        path = self._paths.pop(peer, None)
+        if path is None:
+            cfg = self.config
+            path = PathRecovery(cfg.rto_initial_s, cfg.ack_delay_s, self._backoff_cap,
+                                self._limit(peer))
+            if len(self._paths) >= MAX_PATHS:
+                for old in [p for p in self._paths if p not in self._sr][:MAX_PATHS // 4]:
+                    del self._paths[old]
+        else:
+            path.mds = self._limit(peer)
+        path.inflight = 0  # a new record has nothing in flight
+        path.largest_acked = path.seq
+        path.pto_count = 0
+        self._paths[peer] = path
+        return path
+
+    def path_stats(self, peer: str) -> dict[str, float] | None:
+        """RTT, probe timeout and congestion window of the path to ``peer`` (diagnostics)."""
+        path = self._paths.get(peer)
+        return None if path is None else path.snapshot()
 
     def _pump(self, rec: SendRecord, now: float) -> None:
-        """Bind queued pieces to envelopes, then keep envelopes coming."""
+        """Bind queued pieces to envelopes while the congestion window has room, then keep
+        envelopes coming."""
         queue = rec.queue
-        if queue and rec.env_lo < rec.sck:
+        path = rec.path
+        if queue and rec.env_lo < rec.sck and path.inflight < path.cwnd:
             tokens = rec.tokens
             r = rec.rck
             s = rec.env_lo
             end = rec.sck
+            cwnd = path.cwnd
+            inflight = path.inflight
+            seq = path.seq
             sent = 0
-            while queue and s < end:
+            while queue and s < end and inflight < cwnd:
                 data, frag, meta = queue.popleft()
                 if frag is None:
                     frame = _TOKEN_PACK(_TOKEN, 0, s, r, len(data)) + data
@@ -744,14 +792,18 @@ class ExonProtocol:
                     meta.bound += 1
                     frame = (_TOKEN_PACK(_TOKEN, wire.FLAG_FRAGMENT, s, r, len(data))
                              + _FRAG_PACK(*frag) + data)
-                tokens[s] = (frame, r, meta, now, 1)
+                seq += 1
+                tokens[s] = (frame, r, meta, now, 1, seq)
+                inflight += len(frame)
                 self._emit(rec.peer, frame)
                 s += 1
                 sent += 1
             rec.env_lo = s
+            path.seq = seq
+            path.inflight = inflight
             self.stats.tokens_sent += sent
-            if rec.timer_at == INF:
-                self._schedule(rec, now + self._rto(rec))
+            rec.last_sent = now
+            self._schedule(rec, now + path.pto)
         if not rec.req_out and (queue or rec.sck - rec.env_lo < (self.config.slots_ahead >> 1)):
             self._request_slots(rec, now)
 
@@ -766,40 +818,34 @@ class ExonProtocol:
         if end > rec.req_end:
             rec.req_end = end
         self._clock.cover(rec.req_end)  # a restarted node never reuses a slot we may hold
-        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, rec.sck, want, rec.lowest_in_use()))
-        self.stats.reqslots_sent += 1
         if not rec.req_out:
             rec.req_out = True
             rec.req_tx = 1
         else:
             rec.req_tx += 1
+        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, rec.sck, want, rec.lowest_in_use(),
+                                            _copy_no(rec.req_tx)))
+        self.stats.reqslots_sent += 1
         rec.req_sent_at = now
-        self._schedule(rec, now + self._rto(rec))
+        rec.last_sent = now
+        self._schedule(rec, now + rec.path.pto)
 
-    def _rtt_sample(self, rec: SendRecord, sample: float) -> None:
-        cfg = self.config
-        if rec.srtt is None:
-            rec.srtt = sample
-            rec.rttvar = sample / 2
-        else:
-            rec.rttvar = 0.75 * rec.rttvar + 0.25 * abs(rec.srtt - sample)
-            rec.srtt = 0.875 * rec.srtt + 0.125 * sample
-        rec.rto = min(max(rec.srtt + max(4 * rec.rttvar, 0.001), cfg.rto_min_s), cfg.rto_max_s)
 
-    def _on_slots(self, src: str, s: int, r: int, n: int, now: float) -> None:
+    def _on_slots(self, src: str, s: int, r: int, n: int, ack_delay_us: int, echo: int,
+                  now: float) -> None:
         rec = self._sr.get(src)
         if n == 0:
             # A receive record probing: tell it what it may drop.
             if rec is None:
                 ck = self._clock.value
-                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
+                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck, 0))
             else:
-                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, rec.sck, 0, rec.lowest_in_use()))
+                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, rec.sck, 0, rec.lowest_in_use(), 0))
             return
         if rec is None:
             # Slots for a record we discarded: release them (our clock is above them).
             ck = self._clock.value
-            self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
+            self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck, 0))
             self.stats.stale_frames += 1
             return
         if s != rec.sck or r < rec.rck or r <= rec.closed_r:
@@ -811,10 +857,12 @@ class ExonProtocol:
         if n <= 0:
             self.stats.stale_frames += 1
             return
-        if rec.req_out and rec.req_tx == 1:
-            self._rtt_sample(rec, now - rec.req_sent_at)
+        path = rec.path
+        path.set_peer_ack_delay(min(ack_delay_us, 1_000_000) / 1_000_000)
+        if rec.req_out and echo and echo == _copy_no(rec.req_tx):
+            path.on_rtt_sample(now - rec.req_sent_at)  # the copy sent last was answered
         rec.req_out = False
-        rec.backoff = 1
+        path.on_progress()
         if r != rec.rck:
             old = rec.rck
             rec.rck = r
@@ -833,22 +881,43 @@ class ExonProtocol:
             return
         tokens = rec.tokens
         acked = 0
+        nbytes = 0
         sample_at = -1.0
         newest = -1.0  # latest send time among the tokens this ACK covers
+        largest = -1  # largest transmission sequence among them
+        reordered = False
+        path = rec.path
+        prev_largest = path.largest_acked
+        spurious = 0
+        spurious_within = path.min_rtt / 2 if path.sampled else 0.0
         for first, count in ranges:
+            end = first + count
             if count > 4 * len(tokens) + 8:
-                slots: Any = [x for x in tokens if first <= x < first + count]
+                slots: Any = []  # tokens are in slot order: stop past the range
+                for x in tokens:
+                    if x >= end:
+                        break
+                    if x >= first:
+                        slots.append(x)
             else:
-                slots = range(first, first + count)
+                slots = range(first, end)
             for s in slots:
                 tok = tokens.get(s)
                 if tok is not None and tok[1] == r:
                     del tokens[s]
                     acked += 1
+                    nbytes += len(tok[0])
                     if tok[3] > newest:
                         newest = tok[3]
-                    if tok[4] == 1 and tok[3] > sample_at:
-                        sample_at = tok[3]
+                    if tok[5] > largest:
+                        largest = tok[5]
+                    if tok[4] == 1:
+                        if tok[3] > sample_at:
+                            sample_at = tok[3]
+                        if tok[5] < prev_largest:
+                            reordered = True  # overtaken by a later transmission
+                    elif now - tok[3] < spurious_within:
+                        spurious += 1  # acked too soon after the copy: the first one was late
                     meta = tok[2]
                     if meta is not None:
                         self._receipt_progress(meta)
@@ -859,14 +928,22 @@ class ExonProtocol:
         if rec.revoked >= 0:
             self._check_revoked(rec)
         if sample_at >= 0:
-            self._rtt_sample(rec, now - sample_at)
-        rec.backoff = 1
+            path.on_rtt_sample(now - sample_at)
+        if reordered:
+            path.on_reordering()
+        if spurious:
+            path.on_spurious()
+        path.on_progress()
+        path.on_acked(nbytes, newest, now)
+        if largest > path.largest_acked:
+            path.largest_acked = largest
         if tokens:
-            self._detect_losses(rec, newest, now)
+            self._detect_losses(rec, now)
         if rec.queue:
             self._pump(rec, now)
         elif not tokens:
             rec.idle_since = now
+            rec.loss_time = INF
             if self._closing:
                 self._release(rec, now)
             else:
@@ -875,24 +952,58 @@ class ExonProtocol:
             self._blocked = False
             self._events.append(Writable())
 
-    def _detect_losses(self, rec: SendRecord, newest: float, now: float) -> None:
-        """Fast retransmit (QUIC's time threshold): a token sent before one that was just
-        acknowledged, and older than 9/8 of the smoothed RTT, is taken as lost and resent now
-        instead of at its retransmission timeout. Only the oldest tokens are looked at."""
-        srtt = rec.srtt if rec.srtt is not None else self.config.rto_initial_s
-        cut = now - (1.125 * srtt + 0.0005)
+    def _detect_losses(self, rec: SendRecord, now: float) -> None:
+        """Declare lost, and send again at once, each token acknowledged transmissions overtook
+        (QUIC's packet threshold: one sent 3 transmissions later was acknowledged; or its
+        time threshold: one sent later was acknowledged and it is older than 9/8 RTT); arm
+        the loss timer for the next one that may become lost by time.
+
+        Tokens are in slot order, and first transmissions go out in slot order: the scan
+        stops at the first token sent for the first time after the largest acknowledged one
+        (every later token was sent later still)."""
+        path = rec.path
+        largest = path.largest_acked
+        threshold = path.packet_threshold
+        delay = path.loss_delay()
+        loss_time = INF
+        lost: list[int] = []
         tokens = rec.tokens
-        resent = 0
-        for n, (s, tok) in enumerate(tokens.items()):
-            if n >= 64:
-                break
-            if tok[3] < newest and tok[3] <= cut:
-                self._emit(rec.peer, tok[0])
-                tokens[s] = (tok[0], tok[1], tok[2], now, tok[4] + 1)
-                resent += 1
-        if resent:
-            self.stats.retransmits += resent
-            self.stats.fast_retransmits += resent
+        for s, tok in tokens.items():
+            seq = tok[5]
+            if seq > largest:
+                if tok[4] == 1:
+                    break
+                continue
+            t = tok[3] + delay  # (one expression for both tests: a timer due now must fire)
+            if largest - seq >= threshold or t <= now:
+                lost.append(s)
+            elif t < loss_time:
+                loss_time = t
+        rec.loss_time = loss_time
+        if lost:
+            oldest = INF
+            seq = path.seq
+            emit = self._emit
+            peer = rec.peer
+            for s in lost:
+                frame, r, meta, sent_at, tx, _ = tokens[s]
+                if sent_at < oldest:
+                    oldest = sent_at
+                frame = _RETRANSMIT(frame)
+                seq += 1
+                tokens[s] = (frame, r, meta, now, tx + 1, seq)
+                emit(peer, frame)
+            path.seq = seq
+            n = len(lost)
+            self.stats.retransmits += n
+            self.stats.fast_retransmits += n
+            events = path.congestion_events
+            path.on_lost(oldest, now)
+            self.stats.congestion_events += path.congestion_events - events
+            rec.last_sent = now
+            self._schedule(rec, now + path.pto)
+        if loss_time < rec.timer_at:
+            self._schedule(rec, loss_time)
 
     def _receipt_progress(self, meta: Any) -> None:
         if isinstance(meta, int):
@@ -904,35 +1015,22 @@ class ExonProtocol:
 
     def _send_timer(self, rec: SendRecord, now: float) -> None:
         cfg = self.config
-        rto = self._rto(rec)
-        next_t = INF
+        path = rec.path
         tokens = rec.tokens
-        if tokens:
-            cut = now - rto
-            resent = 0
-            oldest = INF
-            for s, tok in tokens.items():
-                if tok[3] <= cut:
-                    self._emit(rec.peer, tok[0])
-                    tokens[s] = (tok[0], tok[1], tok[2], now, tok[4] + 1)
-                    resent += 1
-                elif tok[3] < oldest:
-                    oldest = tok[3]
-            if resent:
-                self.stats.retransmits += resent
-                rec.backoff = min(rec.backoff * 2, 64)
-                rto = self._rto(rec)
-                oldest = min(oldest, now)
-            next_t = max(oldest + rto, now + rto / 8)
-        if rec.req_out:
-            due = rec.req_sent_at + rto
+        if not tokens:
+            rec.loss_time = INF  # (tokens may also leave by VOID, REVOKE or abandon)
+        elif rec.loss_time <= now:
+            self._detect_losses(rec, now)
+        if tokens or rec.req_out:
+            due = rec.last_sent + path.pto
             if now >= due:
-                self.stats.reqslots_retransmits += 1
-                if not tokens:
-                    rec.backoff = min(rec.backoff * 2, 64)
-                self._request_slots(rec, now)
-                due = now + self._rto(rec)
-            next_t = min(next_t, due)
+                self._probe(rec, now)
+                due = now + path.pto
+            next_t = due
+        else:
+            next_t = INF
+        if rec.loss_time < next_t:
+            next_t = rec.loss_time
         if not tokens and not rec.queue:
             if rec.idle_since is None:
                 rec.idle_since = now
@@ -951,11 +1049,40 @@ class ExonProtocol:
                 next_t = due
         self._schedule(rec, next_t)
 
+    def _probe(self, rec: SendRecord, now: float) -> None:
+        """The probe timeout expired with nothing acknowledged since: send the oldest token or
+        two again (their ACK, or the ACK of the copies it overtakes, tells which others were
+        lost) and the slot request if one is out; the timeout doubles."""
+        path = rec.path
+        self.stats.probe_timeouts += 1
+        if path.on_pto():
+            self.stats.congestion_events += 1
+        tokens = rec.tokens
+        if tokens:
+            seq = path.seq
+            probes = []
+            for s in tokens:
+                probes.append(s)
+                if len(probes) >= PROBE_TOKENS:
+                    break
+            for s in probes:
+                frame, r, meta, _, tx, _ = tokens[s]
+                frame = _RETRANSMIT(frame)
+                seq += 1
+                tokens[s] = (frame, r, meta, now, tx + 1, seq)
+                self._emit(rec.peer, frame)
+            path.seq = seq
+            self.stats.retransmits += len(probes)
+        if rec.req_out:
+            self.stats.reqslots_retransmits += 1
+            self._request_slots(rec, now)
+        rec.last_sent = now
+
     def _release(self, rec: SendRecord, now: float) -> None:
         """Discard an idle send record, giving back every slot it holds or asked for."""
         end = max(rec.sck, rec.req_end)
         self._clock.advance_to(end)
-        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, end, 0, end))
+        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, end, 0, end, 0))
         if rec.revoked >= 0:
             self._emit(rec.peer, _REVOKED_PACK(_REVOKED, rec.revoked, 0))
         rec.alive = False
@@ -991,6 +1118,7 @@ class ExonProtocol:
         msgs: dict[int, Message] = {}
         for s in dead:
             tok = tokens.pop(s)
+            rec.path.on_removed_bytes(len(tok[0]))
             meta = tok[2]
             if isinstance(meta, Message):
                 msgs[id(meta)] = meta
@@ -1005,7 +1133,7 @@ class ExonProtocol:
             else:
                 self._requeue(rec, msg)
         self._requeue_partial_head(rec, r)
-        rec.backoff = 1  # the peer answers: ask its new incarnation for slots at once
+        rec.path.on_progress()  # the peer answers: ask its new incarnation for slots at once
         if rec.req_out:
             self._request_slots(rec, now)
         self._after_removal(rec, now)
@@ -1024,7 +1152,7 @@ class ExonProtocol:
                 # (every slot we ever asked of it is below our clock) and leaves any later
                 # incarnation's record alone (its slots are above our clock).
                 ck = self._clock.value
-                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
+                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck, 0))
                 if self._linger is not None:
                     self.stats.linger_answers += 1
             else:
@@ -1068,7 +1196,7 @@ class ExonProtocol:
         tokens = rec.tokens
         mine = [s for s, tok in tokens.items() if tok[2] is msg]
         for s in mine:
-            del tokens[s]
+            rec.path.on_removed_bytes(len(tokens.pop(s)[0]))
         queue = rec.queue
         n = len(mine)
         while queue and queue[0][2] is msg:  # unbound pieces follow the bound ones, in order
@@ -1193,7 +1321,8 @@ class ExonProtocol:
             parts = entry.parts
             self._deliver(rec.peer, b"".join(parts[i] for i in range(count)))
 
-    def _on_reqslots(self, src: str, s: int, n: int, low: int, now: float) -> None:
+    def _on_reqslots(self, src: str, s: int, n: int, low: int, copy: int,
+                     now: float) -> None:
         rec = self._rr.get(src)
         if self._closing:
             # No new record, no grant: the sender's messages wait for our next incarnation.
@@ -1224,12 +1353,12 @@ class ExonProtocol:
             for first in [f for f, e in rec.reasm.items() if f + e.count <= bound]:
                 del rec.reasm[first]
         if n:
-            self._grant(rec, s, n)
+            self._grant(rec, s, n, copy)
             if rec.deferred is not None:
                 # Deferred (our buffers are full): answer with a probe all the same, so the
                 # sender, whose messages wait for these slots, hears we are alive (peer
                 # liveness) and tells us its l again. At most one per request it sends.
-                self._emit(src, _SLOTS_PACK(_SLOTS, rec.sck, rec.rck, 0))
+                self._emit(src, _SLOTS_PACK(_SLOTS, rec.sck, rec.rck, 0, self._ack_delay_us, 0))
         else:
             d = rec.deferred
             if d is not None and low >= d[0] + d[1]:
@@ -1240,7 +1369,7 @@ class ExonProtocol:
             if rec.low >= rec.sck and not rec.reasm and rec.deferred is None:
                 self._discard_recv(rec, now)
 
-    def _grant(self, rec: RecvRecord, s: int, n: int) -> None:
+    def _grant(self, rec: RecvRecord, s: int, n: int, copy: int = 0) -> None:
         """Answer REQSLOTS(s, n): grant ``[s, s+m)``, all live, or defer while buffers are full."""
         if self._closing:
             return  # revoked: nothing more is granted
@@ -1270,7 +1399,7 @@ class ExonProtocol:
             return
         if end > rec.sck:
             rec.sck = end
-        self._emit(rec.peer, _SLOTS_PACK(_SLOTS, s, rec.rck, end - s))
+        self._emit(rec.peer, _SLOTS_PACK(_SLOTS, s, rec.rck, end - s, self._ack_delay_us, copy))
 
     def _recv_timer(self, rec: RecvRecord, now: float) -> None:
         if rec.revoking:
@@ -1295,7 +1424,7 @@ class ExonProtocol:
         if rec.low >= rec.sck and not rec.reasm and rec.deferred is None:
             self._discard_recv(rec, now)
             return
-        self._emit(rec.peer, _SLOTS_PACK(_SLOTS, rec.sck, rec.rck, 0))
+        self._emit(rec.peer, _SLOTS_PACK(_SLOTS, rec.sck, rec.rck, 0, self._ack_delay_us, 0))
         self.stats.probes_sent += 1
         rec.last_active = now
         rec.probe_iv = min(rec.probe_iv * 2, self.config.probe_interval_max_s)
@@ -1328,7 +1457,7 @@ class ExonProtocol:
             return
         ck = self._clock.value
         for peer in self._released:
-            self._emit(peer, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck))
+            self._emit(peer, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck, 0))
         lg.iv *= 2
         self._schedule(lg, min(now + lg.iv, lg.end))
 

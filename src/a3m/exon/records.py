@@ -8,14 +8,17 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from a3m.exon.recovery import PathRecovery
+
 INF = float("inf")
 
 #: A queued piece: (payload, fragment (index, count, total) or None, receipt meta). A fragment's
 #: payload is ``b""`` in the queue: it is cut from its :class:`Message` when bound to a slot.
 #: The meta is the receipt id (or None) of a whole message, or the :class:`Message` of a fragment.
 QueueItem = tuple[bytes, "tuple[int, int, int] | None", Any]
-#: An unacknowledged token: (encoded frame, rck, receipt meta, last sent at, transmissions).
-Token = tuple[bytes, int, Any, float, int]
+#: An unacknowledged token: (encoded frame, rck, receipt meta, last sent at, transmissions,
+#: transmission sequence of the last copy: see :mod:`a3m.exon.recovery`).
+Token = tuple[bytes, int, Any, float, int, int]
 
 
 class Message:
@@ -52,12 +55,12 @@ class SendRecord:
 
     __slots__ = (
         "peer", "sck", "rck", "env_lo", "queue", "tokens",
-        "req_out", "req_sent_at", "req_tx", "req_end",
-        "srtt", "rttvar", "rto", "backoff", "idle_since", "timer_at", "alive", "max_single",
+        "req_out", "req_sent_at", "req_tx", "req_end", "path", "last_sent", "loss_time",
+        "idle_since", "timer_at", "alive", "max_single",
         "closed_r", "void_floor", "revoked", "heard_at", "silent",
     )
 
-    def __init__(self, peer: str, start: int, rto: float, now: float) -> None:
+    def __init__(self, peer: str, start: int, path: PathRecovery, now: float) -> None:
         self.peer = peer
         self.sck = start
         self.rck = -1  # no grant yet (a receiver's clock, hence an rck, may start at 0)
@@ -68,10 +71,10 @@ class SendRecord:
         self.req_sent_at = 0.0
         self.req_tx = 0
         self.req_end = start
-        self.srtt: float | None = None
-        self.rttvar = 0.0
-        self.rto = rto
-        self.backoff = 1
+        #: RTT, probe timeout and congestion window of the path to the peer (outlives us).
+        self.path = path
+        self.last_sent = now  # the last token or REQSLOTS sent (the probe timeout runs from it)
+        self.loss_time = INF  # when a token becomes lost by the time threshold
         self.idle_since: float | None = now
         self.timer_at = INF
         self.alive = True

@@ -15,8 +15,10 @@ from a3m.errors import ProtocolViolation
 
 #: Version 2 added VOID, REVOKE and REVOKED (receiver restarts, ``docs/exon-wire.md``); a
 #: version-1 datagram is refused as malformed (a version-1 node would ACK tokens for records of
-#: an earlier incarnation, the loss those frames exist to prevent).
-VERSION: Final = 2
+#: an earlier incarnation, the loss those frames exist to prevent). Version 3 (loss recovery)
+#: added the TOKEN flag RETRANSMIT, the receiver's largest ACK delay in SLOTS, and a copy
+#: number in REQSLOTS that SLOTS echoes (an RTT sample even from a retransmitted request).
+VERSION: Final = 3
 
 REQSLOTS: Final = 0x01
 SLOTS: Final = 0x02
@@ -31,12 +33,16 @@ REVOKED: Final = 0x07
 
 #: TOKEN flag: the token carries one fragment of a larger message.
 FLAG_FRAGMENT: Final = 0x01
+#: TOKEN flag: a retransmission (the sender took the first copy for lost): ACK it at once.
+FLAG_RETRANSMIT: Final = 0x02
+TOKEN_FLAGS: Final = FLAG_FRAGMENT | FLAG_RETRANSMIT
 
 MAX_ID_BYTES: Final = 255
 U64_MAX: Final = (1 << 64) - 1
 
-REQSLOTS_S: Final = struct.Struct(">BQIQ")  # type, s, n, l
-SLOTS_S: Final = struct.Struct(">BQQI")  # type, s, r, n
+REQSLOTS_S: Final = struct.Struct(">BQIQB")  # type, s, n, l, copy (1..255; 0: none)
+#: type, s, r, n, largest ACK delay (microseconds), echo of the request's copy (0: none)
+SLOTS_S: Final = struct.Struct(">BQQIIB")
 TOKEN_S: Final = struct.Struct(">BBQQH")  # type, flags, s, r, payload length
 FRAG_S: Final = struct.Struct(">III")  # fragment index, fragment count, message length
 ACK_S: Final = struct.Struct(">BQH")  # type, r, number of ranges
@@ -50,9 +56,9 @@ FRAGMENT_OVERHEAD: Final = TOKEN_S.size + FRAG_S.size
 MAX_ACK_RANGES: Final = 0xFFFF
 
 # Decoded frames are plain tuples (cheap on the hot path):
-#   (REQSLOTS, s, n, l)
-#   (SLOTS, s, r, n)
-#   (TOKEN, s, r, payload, index, count, total)   # unfragmented: index 0, count 1
+#   (REQSLOTS, s, n, l, copy)
+#   (SLOTS, s, r, n, ack_delay_us, echo)
+#   (TOKEN, s, r, payload, index, count, total, flags)   # unfragmented: index 0, count 1
 #   (ACK, r, ((first, count), ...))
 #   (VOID, r)
 #   (REVOKE, r)
@@ -81,26 +87,41 @@ def encode_header(src: str, dst: str, flags: int = 0) -> bytes:
     return bytes((VERSION, flags)) + encode_id(src) + encode_id(dst)
 
 
-def encode_reqslots(s: int, n: int, low: int) -> bytes:
-    """REQSLOTS: ask for ``n`` slots starting at ``s``; slots below ``low`` may be dropped."""
-    return REQSLOTS_S.pack(REQSLOTS, s, n, low)
+def encode_reqslots(s: int, n: int, low: int, copy: int = 0) -> bytes:
+    """REQSLOTS: ask for ``n`` slots starting at ``s``; slots below ``low`` may be dropped.
+    ``copy`` numbers the transmissions of one request (1..255, 0 for none): the SLOTS that
+    answers echoes it, so the sender knows which copy it measures the round trip from."""
+    return REQSLOTS_S.pack(REQSLOTS, s, n, low, copy)
 
 
-def encode_slots(s: int, r: int, n: int) -> bytes:
-    """SLOTS: slots ``[s, s+n)`` of receive record ``r`` are granted (``n == 0``: a probe)."""
-    return SLOTS_S.pack(SLOTS, s, r, n)
+def encode_slots(s: int, r: int, n: int, ack_delay_us: int = 0, echo: int = 0) -> bytes:
+    """SLOTS: slots ``[s, s+n)`` of receive record ``r`` are granted (``n == 0``: a probe);
+    ``ack_delay_us``: the longest this receiver delays an ACK (the sender's probe timeout
+    allows for it); ``echo``: the copy number of the REQSLOTS answered at once (0: a probe,
+    or a grant that waited for buffer space: no round-trip sample)."""
+    return SLOTS_S.pack(SLOTS, s, r, n, ack_delay_us, echo)
 
 
-def encode_token(s: int, r: int, payload: bytes, fragment: tuple[int, int, int] | None = None
-                 ) -> bytes:
+def encode_token(s: int, r: int, payload: bytes, fragment: tuple[int, int, int] | None = None,
+                 retransmit: bool = False) -> bytes:
     """TOKEN: ``payload`` bound to slot ``s`` of receive record ``r``.
 
-    ``fragment`` is ``(index, count, total)`` when the payload is one piece of a larger message.
+    ``fragment`` is ``(index, count, total)`` when the payload is one piece of a larger message;
+    ``retransmit`` marks a copy sent again after the first was taken for lost.
     """
+    flags = FLAG_RETRANSMIT if retransmit else 0
     if fragment is None:
-        return TOKEN_S.pack(TOKEN, 0, s, r, len(payload)) + payload
-    return (TOKEN_S.pack(TOKEN, FLAG_FRAGMENT, s, r, len(payload)) + FRAG_S.pack(*fragment)
-            + payload)
+        return TOKEN_S.pack(TOKEN, flags, s, r, len(payload)) + payload
+    return (TOKEN_S.pack(TOKEN, flags | FLAG_FRAGMENT, s, r, len(payload))
+            + FRAG_S.pack(*fragment) + payload)
+
+
+def as_retransmission(frame: bytes) -> bytes:
+    """An encoded TOKEN frame with its RETRANSMIT flag set."""
+    flags = frame[1]
+    if flags & FLAG_RETRANSMIT:
+        return frame
+    return frame[:1] + bytes((flags | FLAG_RETRANSMIT,)) + frame[2:]
 
 
 def encode_ack(r: int, ranges: Sequence[tuple[int, int]]) -> bytes:
@@ -186,9 +207,9 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
             if kind == TOKEN:
                 _, flags, s, r, length = TOKEN_S.unpack_from(data, offset)
                 offset += TOKEN_S.size
-                if flags & ~FLAG_FRAGMENT:
+                if flags & ~TOKEN_FLAGS:
                     raise WireError("malformed", f"unknown token flags {flags:#x}")
-                if flags:
+                if flags & FLAG_FRAGMENT:
                     index, count, total = FRAG_S.unpack_from(data, offset)
                     offset += FRAG_S.size
                     if not (index < count and 2 <= count <= total <= max_message_size
@@ -199,7 +220,8 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
                 end = offset + length
                 if end > n:
                     raise WireError("truncated", "token payload cut short")
-                frames.append((TOKEN, s, r, bytes(data[offset:end]), index, count, total))
+                frames.append((TOKEN, s, r, bytes(data[offset:end]), index, count, total,
+                               flags))
                 offset = end
             elif kind == ACK:
                 _, r, k = ACK_S.unpack_from(data, offset)
@@ -215,17 +237,17 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
                         raise WireError("malformed", "empty or overflowing ack range")
                 frames.append((ACK, r, ranges))
             elif kind == REQSLOTS:
-                _, s, cnt, low = REQSLOTS_S.unpack_from(data, offset)
+                _, s, cnt, low, copy = REQSLOTS_S.unpack_from(data, offset)
                 offset += REQSLOTS_S.size
                 if s + cnt > U64_MAX:
                     raise WireError("malformed", "slot range overflows")
-                frames.append((REQSLOTS, s, cnt, low))
+                frames.append((REQSLOTS, s, cnt, low, copy))
             elif kind == SLOTS:
-                _, s, r, cnt = SLOTS_S.unpack_from(data, offset)
+                _, s, r, cnt, ack_delay_us, echo = SLOTS_S.unpack_from(data, offset)
                 offset += SLOTS_S.size
                 if s + cnt > U64_MAX:
                     raise WireError("malformed", "slot range overflows")
-                frames.append((SLOTS, s, r, cnt))
+                frames.append((SLOTS, s, r, cnt, ack_delay_us, echo))
             elif kind in (VOID, REVOKE):
                 _, r = VOID_S.unpack_from(data, offset)
                 offset += VOID_S.size

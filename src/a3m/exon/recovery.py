@@ -1,0 +1,234 @@
+"""Loss recovery and congestion control for the path to one peer, without I/O.
+
+On the lines of QUIC's (RFC 9002), with Exon's slots in the role of packet numbers; the
+argument and the constants are in ``docs/exon-wire.md`` ("Loss recovery"):
+
+- **RTT**: smoothed RTT and variance (RFC 6298 weights), minimum RTT, latest sample. Samples
+  come only from first transmissions (a token resent keeps its slot, so the ACK of a
+  retransmission is ambiguous: Karn's rule) and from SLOTS answering a first REQSLOTS.
+- **Probe timeout** = srtt + max(4 rttvar, granularity) + the peer's largest ACK delay,
+  doubled on each consecutive expiry and back to its base on any acknowledged progress.
+- **Loss detection**: a token is lost when one sent 3 transmissions later was acknowledged
+  (packet threshold), or when one sent later was acknowledged and it is older than 9/8 of
+  max(srtt, latest RTT) (time threshold). Once the path shows reordering (a first
+  transmission acknowledged after a later one), only the time threshold is used, as RACK
+  does (RFC 8985): on such a path the packet threshold retransmits what is merely late; and
+  each retransmission found spurious (its ACK came back sooner after it than half the minimum
+  RTT: it acknowledged the first copy) widens the time threshold by a quarter, up to 4x. The
+  protocol scans its tokens; this object keeps the transmission sequence, the largest
+  acknowledged one and the thresholds.
+- **Congestion control**: NewReno's slow start and congestion avoidance in bytes, with the
+  loss response of TCP Westwood+: on a loss the window falls to the bandwidth estimate times
+  the minimum RTT (the path's measured capacity) instead of to half of itself. Random loss,
+  which Exon exists to survive, then costs little, while a real bottleneck (delivery rate below
+  the sending rate, a queue growing) still brings the window down to its fair share; three
+  probe timeouts in a row (persistent congestion) collapse it to the minimum.
+
+One :class:`PathRecovery` per peer outlives the peer's send records (a new record starts from
+the RTT and window measured before, not from the initial guesses).
+"""
+
+from __future__ import annotations
+
+#: Timer granularity: the smallest variance term of a probe timeout (RFC 9002: 1 ms).
+GRANULARITY_S = 0.001
+#: A token is lost once one sent this many transmissions after it is acknowledged.
+PACKET_THRESHOLD = 3
+#: ... or once it is this many (smoothed or latest) RTTs old and a later one is acknowledged.
+TIME_THRESHOLD = 9 / 8
+#: Most quarters of extra time threshold after spurious retransmissions (up to 4x).
+MAX_REORDER_QUARTERS = 12
+#: Consecutive probe timeouts without any acknowledgement taken as persistent congestion.
+PERSISTENT_PTOS = 3
+#: Initial window: min(10 x datagram, max(14720, 2 x datagram)) bytes (RFC 9002, 7.2).
+INITIAL_WINDOW_DATAGRAMS = 10
+MIN_WINDOW_DATAGRAMS = 2
+#: The bandwidth estimate keeps the largest recent per-round delivery rate, decaying by this
+#: factor each round (a windowed maximum of a few tens of rounds, without the window's memory).
+BW_DECAY = 0.95
+
+
+class PathRecovery:
+    """RTT, probe timeout, loss thresholds and congestion window of the path to one peer.
+
+    Inputs: :meth:`on_rtt_sample`, :meth:`on_sent_bytes` / :meth:`on_removed_bytes` (bytes in
+    flight), :meth:`on_acked`, :meth:`on_lost`, :meth:`on_pto`, :meth:`on_progress`; the
+    protocol asks :attr:`pto` (with back-off), :meth:`loss_delay`, :meth:`can_send`.
+    """
+
+    __slots__ = (
+        "srtt", "rttvar", "min_rtt", "latest_rtt", "sampled", "initial_pto", "peer_ack_delay",
+        "pto_count", "pto", "backoff_cap", "seq", "largest_acked", "packet_threshold",
+        "reorder_quarters", "spurious",
+        "mds", "cwnd", "ssthresh", "min_window", "inflight", "recovery_start",
+        "bw", "bw_acked", "bw_start", "congestion_events",
+    )
+
+    def __init__(self, initial_pto: float, peer_ack_delay: float, backoff_cap: float,
+                 mds: int) -> None:
+        self.srtt = 0.0
+        self.rttvar = 0.0
+        self.min_rtt = float("inf")
+        self.latest_rtt = 0.0
+        self.sampled = False
+        self.initial_pto = initial_pto
+        #: The peer's largest ACK delay (it says so in SLOTS; our own until then).
+        self.peer_ack_delay = peer_ack_delay
+        self.pto_count = 0
+        self.backoff_cap = backoff_cap
+        self.pto = initial_pto
+        #: Transmission sequence: every token transmission takes the next number.
+        self.seq = 0
+        self.largest_acked = -1
+        #: PACKET_THRESHOLD, or "never" once reordering was seen on the path.
+        self.packet_threshold = PACKET_THRESHOLD
+        self.reorder_quarters = 0  # the time threshold widened by this many quarters
+        self.spurious = 0
+        self.mds = mds
+        self.min_window = MIN_WINDOW_DATAGRAMS * mds
+        self.cwnd = min(INITIAL_WINDOW_DATAGRAMS * mds, max(14720, self.min_window))
+        self.ssthresh = float("inf")
+        self.inflight = 0
+        self.recovery_start = -1.0
+        self.bw = 0.0  # bytes/s
+        self.bw_acked = 0
+        self.bw_start = -1.0
+        self.congestion_events = 0
+        self._update_pto()
+
+    # ------------------------------------------------------------------ RTT and timeouts
+
+    def base_pto(self) -> float:
+        """The probe timeout without back-off."""
+        if not self.sampled:
+            return self.initial_pto
+        return (self.srtt + max(4 * self.rttvar, GRANULARITY_S) + self.peer_ack_delay)
+
+    def _update_pto(self) -> None:
+        base = self.base_pto()
+        t = base * (1 << self.pto_count) if self.pto_count < 16 else self.backoff_cap
+        self.pto = t if t < self.backoff_cap else max(self.backoff_cap, base)
+
+    def on_rtt_sample(self, sample: float) -> None:
+        """A round trip measured without ambiguity (a first transmission answered)."""
+        if sample < 0:
+            return
+        self.latest_rtt = sample
+        if sample < self.min_rtt:
+            self.min_rtt = sample
+        if not self.sampled:
+            self.sampled = True
+            self.srtt = sample
+            self.rttvar = sample / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
+            self.srtt = 0.875 * self.srtt + 0.125 * sample
+        self._update_pto()
+
+    def set_peer_ack_delay(self, delay: float) -> None:
+        if delay != self.peer_ack_delay:
+            self.peer_ack_delay = delay
+            self._update_pto()
+
+    def on_progress(self) -> None:
+        """Something was acknowledged (or answered): the back-off ends."""
+        if self.pto_count:
+            self.pto_count = 0
+            self._update_pto()
+
+    def on_pto(self) -> bool:
+        """The probe timeout expired; returns True on persistent congestion."""
+        self.pto_count += 1
+        self._update_pto()
+        if self.pto_count == PERSISTENT_PTOS:
+            self.cwnd = self.min_window
+            self.ssthresh = max(self.min_window, self.ssthresh / 2)
+            self.bw = 0.0
+            self.congestion_events += 1
+            return True
+        return False
+
+    def on_reordering(self) -> None:
+        """A first transmission was acknowledged after a later one: the path reorders."""
+        self.packet_threshold = 1 << 62
+
+    def on_spurious(self) -> None:
+        """A retransmission turned out needless (the first copy was only late)."""
+        self.spurious += 1
+        self.packet_threshold = 1 << 62
+        if self.reorder_quarters < MAX_REORDER_QUARTERS:
+            self.reorder_quarters += 1
+
+    def loss_delay(self) -> float:
+        """How old a token must be, with a later one acknowledged, to be taken as lost."""
+        rtt = self.srtt if self.sampled else self.initial_pto
+        if self.latest_rtt > rtt:
+            rtt = self.latest_rtt
+        d = TIME_THRESHOLD * rtt * (1 + self.reorder_quarters / 4)
+        return d if d > GRANULARITY_S else GRANULARITY_S
+
+    # ------------------------------------------------------------------ congestion
+
+    def can_send(self) -> bool:
+        """Whether the window admits another token (one may overshoot it by a frame)."""
+        return self.inflight < self.cwnd
+
+    def on_sent_bytes(self, nbytes: int) -> None:
+        self.inflight += nbytes
+
+    def on_removed_bytes(self, nbytes: int) -> None:
+        """Tokens left flight without an acknowledgement (voided, abandoned, dropped)."""
+        self.inflight -= nbytes
+        if self.inflight < 0:
+            self.inflight = 0
+
+    def on_acked(self, nbytes: int, newest_sent_at: float, now: float) -> None:
+        """``nbytes`` of tokens acknowledged, the newest of them sent at ``newest_sent_at``."""
+        before = self.inflight
+        self.inflight = before - nbytes if before > nbytes else 0
+        # Delivery rate, per round (one smoothed RTT, at least the granularity).
+        if self.bw_start < 0:
+            self.bw_start = now
+            self.bw_acked = 0
+        self.bw_acked += nbytes
+        span = now - self.bw_start
+        if span >= (self.srtt if self.srtt > GRANULARITY_S else GRANULARITY_S):
+            rate = self.bw_acked / span
+            decayed = self.bw * BW_DECAY
+            self.bw = rate if rate > decayed else decayed
+            self.bw_start = now
+            self.bw_acked = 0
+        if newest_sent_at <= self.recovery_start:
+            return  # acknowledging what was sent before the last reduction: no growth
+        if before < self.cwnd // 2:
+            return  # application-limited: an unused window is not grown
+        if self.cwnd < self.ssthresh:
+            self.cwnd += nbytes  # slow start
+        else:
+            self.cwnd += self.mds * nbytes // self.cwnd or 1  # congestion avoidance
+
+    def on_lost(self, sent_at: float, now: float) -> None:
+        """A token sent at ``sent_at`` was declared lost (at most one reduction per round)."""
+        if sent_at <= self.recovery_start:
+            return
+        self.recovery_start = now
+        self.congestion_events += 1
+        target = self.bw * (self.min_rtt if self.min_rtt != float("inf") else self.srtt)
+        window = max(float(self.min_window), target)
+        if window < self.cwnd:
+            self.cwnd = int(window)
+        self.ssthresh = max(self.cwnd, self.min_window)
+
+    def bdp_bytes(self) -> float:
+        """The bandwidth-delay product as measured (0 before any estimate)."""
+        rtt = self.srtt if self.sampled else 0.0
+        return self.bw * rtt
+
+    def snapshot(self) -> dict[str, float]:
+        """Diagnostics (seconds, bytes, bytes/s)."""
+        return {"srtt_s": self.srtt, "rttvar_s": self.rttvar,
+                "min_rtt_s": self.min_rtt if self.min_rtt != float("inf") else 0.0,
+                "pto_s": self.pto, "pto_count": self.pto_count, "cwnd": self.cwnd,
+                "inflight": self.inflight, "bandwidth_Bps": self.bw,
+                "peer_ack_delay_s": self.peer_ack_delay, "spurious": self.spurious,
+                "congestion_events": self.congestion_events}
