@@ -1,0 +1,468 @@
+"""The sending half: admission, envelopes, tokens, acknowledgements, loss recovery
+(:mod:`a3m.exon.recovery` holds the per-path arithmetic) and the idle release.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a3m.errors import Closed, MessageTooLarge, UsageError, WouldBlock
+from a3m.exon import wire
+from a3m.exon.events import ReceiptReady, Writable
+from a3m.exon.records import INF, Message, SendRecord
+from a3m.exon.recovery import PathRecovery
+from a3m.exon.state import (
+    _FRAG_PACK,
+    _REQSLOTS,
+    _REQSLOTS_PACK,
+    _RETRANSMIT,
+    _REVOKED,
+    _REVOKED_PACK,
+    _TOKEN,
+    _TOKEN_PACK,
+    MAX_PATHS,
+    PROBE_TOKENS,
+    ProtocolState,
+    _copy_no,
+)
+
+
+class SenderPart(ProtocolState):
+    """Sending to peers: the send records."""
+
+    def can_send(self, dst: str, nbytes: int = 0) -> bool:
+        """Whether ``send(dst, ...)`` would be admitted now by both windows."""
+        if self._closing:
+            return False
+        if dst == self.id:
+            return True
+        rec = self._sr.get(dst)
+        pend = rec.pending if rec is not None else 0
+        return (pend < self.config.window_per_peer
+                and self._pending_total < self.config.window_global)
+
+    def in_flight(self) -> int:
+        """Pieces queued or unacknowledged across all destinations."""
+        return self._pending_total
+
+    def send(self, dst: str, payload: bytes, now: float, receipt: bool = False) -> int | None:
+        """Queue ``payload`` for exactly-once delivery to node ``dst``.
+
+        Returns a receipt id when ``receipt`` is true (a :class:`ReceiptReady` event follows
+        once ``dst`` acknowledged the whole message). Raises :class:`WouldBlock` when a window
+        is full (retry after a :class:`Writable` event or an acknowledgement) and
+        :class:`MessageTooLarge` above ``config.max_message_size``. Never drops.
+        """
+        if self._closing:
+            raise Closed("the Exon node is closing")
+        cfg = self.config
+        size = len(payload)
+        if size > cfg.max_message_size:
+            raise MessageTooLarge(f"{size} bytes > max_message_size {cfg.max_message_size}")
+        rid: int | None = None
+        if receipt:
+            rid = self._next_receipt
+            self._next_receipt += 1
+        if dst == self.id:
+            self._deliver(dst, bytes(payload))
+            if rid is not None:
+                self._events.append(ReceiptReady(rid))
+            return rid
+        rec = self._sr.get(dst)
+        if rec is None:
+            if self._pending_total >= cfg.window_global:
+                self._blocked = True
+                raise WouldBlock("global send window full")
+            if not dst or len(dst.encode("utf-8")) > wire.MAX_ID_BYTES:
+                raise UsageError(f"bad node id {dst!r}")
+            rec = SendRecord(dst, self._clock.value, self._path(dst), now)
+            rec.max_single = self._limit(dst) - len(self._header(dst)) - wire.TOKEN_OVERHEAD
+            self._sr[dst] = rec
+            self.stats.send_records_created += 1
+        elif (len(rec.queue) + len(rec.tokens) >= cfg.window_per_peer
+              or self._pending_total >= cfg.window_global):
+            self._blocked = True
+            raise WouldBlock(f"send window to {dst!r} full")
+        data = bytes(payload)
+        if not rec.tokens and not rec.queue:
+            rec.heard_at = now  # the record begins waiting on the peer: silence counts from here
+        rec.idle_since = None
+        if size <= rec.max_single:
+            path = rec.path
+            if not rec.queue and rec.env_lo < rec.sck and path.inflight < path.cwnd:
+                # Fast path: an envelope is in hand, the window has room: out at once.
+                s = rec.env_lo
+                rec.env_lo = s + 1
+                frame = _TOKEN_PACK(_TOKEN, 0, s, rec.rck, size) + data
+                path.seq += 1
+                rec.tokens[s] = (frame, rec.rck, rid, now, 1, path.seq)
+                path.inflight += len(frame)
+                self._pending_total += 1
+                self._emit(dst, frame)
+                self.stats.tokens_sent += 1
+                rec.last_sent = now
+                t = now + path.pto
+                if t < rec.timer_at:
+                    self._schedule(rec, t)
+                if rec.sck - rec.env_lo < (cfg.slots_ahead >> 1) and not rec.req_out:
+                    self._request_slots(rec, now)
+                return rid
+            rec.queue.append((data, None, rid))
+            self._pending_total += 1
+        else:
+            chunk = rec.max_single - (wire.FRAGMENT_OVERHEAD - wire.TOKEN_OVERHEAD)
+            count = -(-size // chunk)
+            rec.queue.extend(Message(data, chunk, count, rid).pieces())
+            self._pending_total += count
+        self._pump(rec, now)
+        return rid
+
+    def _path(self, peer: str) -> PathRecovery:
+        """The loss-recovery state of the path to ``peer`` (kept beyond its send records, so a
+        new record starts from what was measured before)."""
+        path = self._paths.pop(peer, None)
+        if path is None:
+            cfg = self.config
+            path = PathRecovery(cfg.rto_initial_s, cfg.ack_delay_s, self._backoff_cap,
+                                self._limit(peer))
+            if len(self._paths) >= MAX_PATHS:
+                for old in [p for p in self._paths if p not in self._sr][:MAX_PATHS // 4]:
+                    del self._paths[old]
+        else:
+            path.mds = self._limit(peer)
+        path.inflight = 0  # a new record has nothing in flight
+        path.largest_acked = path.seq
+        path.pto_count = 0
+        self._paths[peer] = path
+        return path
+
+    def path_stats(self, peer: str) -> dict[str, float] | None:
+        """RTT, probe timeout and congestion window of the path to ``peer`` (diagnostics)."""
+        path = self._paths.get(peer)
+        return None if path is None else path.snapshot()
+
+    def _pump(self, rec: SendRecord, now: float) -> None:
+        """Bind queued pieces to envelopes while the congestion window has room, then keep
+        envelopes coming."""
+        queue = rec.queue
+        path = rec.path
+        if queue and rec.env_lo < rec.sck and path.inflight < path.cwnd:
+            tokens = rec.tokens
+            r = rec.rck
+            s = rec.env_lo
+            end = rec.sck
+            cwnd = path.cwnd
+            inflight = path.inflight
+            seq = path.seq
+            sent = 0
+            while queue and s < end and inflight < cwnd:
+                data, frag, meta = queue.popleft()
+                if frag is None:
+                    frame = _TOKEN_PACK(_TOKEN, 0, s, r, len(data)) + data
+                else:
+                    c = meta.chunk
+                    i = frag[0] * c
+                    data = meta.data[i:i + c]
+                    if not meta.bound:
+                        meta.r = r
+                    meta.bound += 1
+                    frame = (_TOKEN_PACK(_TOKEN, wire.FLAG_FRAGMENT, s, r, len(data))
+                             + _FRAG_PACK(*frag) + data)
+                seq += 1
+                tokens[s] = (frame, r, meta, now, 1, seq)
+                inflight += len(frame)
+                self._emit(rec.peer, frame)
+                s += 1
+                sent += 1
+            rec.env_lo = s
+            path.seq = seq
+            path.inflight = inflight
+            self.stats.tokens_sent += sent
+            rec.last_sent = now
+            self._schedule(rec, now + path.pto)
+        if not rec.req_out and (queue or rec.sck - rec.env_lo < (self.config.slots_ahead >> 1)):
+            self._request_slots(rec, now)
+
+    def _request_slots(self, rec: SendRecord, now: float) -> None:
+        cfg = self.config
+        have = rec.sck - rec.env_lo
+        want = min(cfg.slots_ahead + len(rec.queue) - have, cfg.max_live_slots)
+        if want <= 0:
+            rec.req_out = False
+            return
+        end = rec.sck + want
+        if end > rec.req_end:
+            rec.req_end = end
+        self._clock.cover(rec.req_end)  # a restarted node never reuses a slot we may hold
+        if not rec.req_out:
+            rec.req_out = True
+            rec.req_tx = 1
+        else:
+            rec.req_tx += 1
+        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, rec.sck, want, rec.lowest_in_use(),
+                                            _copy_no(rec.req_tx)))
+        self.stats.reqslots_sent += 1
+        rec.req_sent_at = now
+        rec.last_sent = now
+        self._schedule(rec, now + rec.path.pto)
+
+    def _on_slots(self, src: str, s: int, r: int, n: int, ack_delay_us: int, echo: int,
+                  now: float) -> None:
+        rec = self._sr.get(src)
+        if n == 0:
+            # A receive record probing: tell it what it may drop.
+            if rec is None:
+                ck = self._clock.value
+                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck, 0))
+            else:
+                self._emit(src, _REQSLOTS_PACK(_REQSLOTS, rec.sck, 0, rec.lowest_in_use(), 0))
+            return
+        if rec is None:
+            # Slots for a record we discarded: release them (our clock is above them).
+            ck = self._clock.value
+            self._emit(src, _REQSLOTS_PACK(_REQSLOTS, ck, 0, ck, 0))
+            self.stats.stale_frames += 1
+            return
+        if s != rec.sck or r < rec.rck or r <= rec.closed_r:
+            # Another range, or a record older than ours or revoked/voided (receive records
+            # of one peer follow each other with growing r: an older one is gone).
+            self.stats.stale_frames += 1
+            return
+        n = min(n, rec.req_end - s)
+        if n <= 0:
+            self.stats.stale_frames += 1
+            return
+        path = rec.path
+        path.set_peer_ack_delay(min(ack_delay_us, 1_000_000) / 1_000_000)
+        if rec.req_out and echo and echo == _copy_no(rec.req_tx):
+            path.on_rtt_sample(now - rec.req_sent_at)  # the copy sent last was answered
+        rec.req_out = False
+        path.on_progress()
+        if r != rec.rck:
+            old = rec.rck
+            rec.rck = r
+            if old >= 0:
+                # A new receive record: the one before it is gone, and its envelopes with it
+                # (the receiver restarted; within one incarnation a record holding live slots
+                # or a partial message is never discarded).
+                rec.env_lo = s
+                self._requeue_partial_head(rec, old)
+        rec.sck = s + n
+        self._pump(rec, now)
+
+    def _on_ack(self, src: str, r: int, ranges: tuple[tuple[int, int], ...], now: float) -> None:
+        rec = self._sr.get(src)
+        if rec is None:
+            return
+        tokens = rec.tokens
+        acked = 0
+        nbytes = 0
+        sample_at = -1.0
+        newest = -1.0  # latest send time among the tokens this ACK covers
+        largest = -1  # largest transmission sequence among them
+        reordered = False
+        path = rec.path
+        prev_largest = path.largest_acked
+        spurious = 0
+        spurious_within = path.min_rtt / 2 if path.sampled else 0.0
+        for first, count in ranges:
+            end = first + count
+            if count > 4 * len(tokens) + 8:
+                slots: Any = []  # tokens are in slot order: stop past the range
+                for x in tokens:
+                    if x >= end:
+                        break
+                    if x >= first:
+                        slots.append(x)
+            else:
+                slots = range(first, end)
+            for s in slots:
+                tok = tokens.get(s)
+                if tok is not None and tok[1] == r:
+                    del tokens[s]
+                    acked += 1
+                    nbytes += len(tok[0])
+                    if tok[3] > newest:
+                        newest = tok[3]
+                    if tok[5] > largest:
+                        largest = tok[5]
+                    if tok[4] == 1:
+                        if tok[3] > sample_at:
+                            sample_at = tok[3]
+                        if tok[5] < prev_largest:
+                            reordered = True  # overtaken by a later transmission
+                    elif now - tok[3] < spurious_within:
+                        spurious += 1  # acked too soon after the copy: the first one was late
+                    meta = tok[2]
+                    if meta is not None:
+                        self._receipt_progress(meta)
+        if not acked:
+            self.stats.stale_frames += 1
+            return
+        self._pending_total -= acked
+        if rec.revoked >= 0:
+            self._check_revoked(rec)
+        if sample_at >= 0:
+            path.on_rtt_sample(now - sample_at)
+        if reordered:
+            path.on_reordering()
+        if spurious:
+            path.on_spurious()
+        path.on_progress()
+        path.on_acked(nbytes, newest, now)
+        if largest > path.largest_acked:
+            path.largest_acked = largest
+        if tokens:
+            self._detect_losses(rec, now)
+        if rec.queue:
+            self._pump(rec, now)
+        elif not tokens:
+            rec.idle_since = now
+            rec.loss_time = INF
+            if self._closing:
+                self._release(rec, now)
+            else:
+                self._schedule(rec, now + self.config.idle_release_s)
+        if self._blocked:
+            self._blocked = False
+            self._events.append(Writable())
+
+    def _detect_losses(self, rec: SendRecord, now: float) -> None:
+        """Declare lost, and send again at once, each token acknowledged transmissions overtook
+        (QUIC's packet threshold: one sent 3 transmissions later was acknowledged; or its
+        time threshold: one sent later was acknowledged and it is older than 9/8 RTT); arm
+        the loss timer for the next one that may become lost by time.
+
+        Tokens are in slot order, and first transmissions go out in slot order: the scan
+        stops at the first token sent for the first time after the largest acknowledged one
+        (every later token was sent later still)."""
+        path = rec.path
+        largest = path.largest_acked
+        threshold = path.packet_threshold
+        delay = path.loss_delay()
+        loss_time = INF
+        lost: list[int] = []
+        tokens = rec.tokens
+        for s, tok in tokens.items():
+            seq = tok[5]
+            if seq > largest:
+                if tok[4] == 1:
+                    break
+                continue
+            t = tok[3] + delay  # (one expression for both tests: a timer due now must fire)
+            if largest - seq >= threshold or t <= now:
+                lost.append(s)
+            elif t < loss_time:
+                loss_time = t
+        rec.loss_time = loss_time
+        if lost:
+            oldest = INF
+            seq = path.seq
+            emit = self._emit
+            peer = rec.peer
+            for s in lost:
+                frame, r, meta, sent_at, tx, _ = tokens[s]
+                if sent_at < oldest:
+                    oldest = sent_at
+                frame = _RETRANSMIT(frame)
+                seq += 1
+                tokens[s] = (frame, r, meta, now, tx + 1, seq)
+                emit(peer, frame)
+            path.seq = seq
+            n = len(lost)
+            self.stats.retransmits += n
+            self.stats.fast_retransmits += n
+            events = path.congestion_events
+            path.on_lost(oldest, now)
+            self.stats.congestion_events += path.congestion_events - events
+            rec.last_sent = now
+            self._schedule(rec, now + path.pto)
+        if loss_time < rec.timer_at:
+            self._schedule(rec, loss_time)
+
+    def _receipt_progress(self, meta: Any) -> None:
+        if isinstance(meta, int):
+            self._events.append(ReceiptReady(meta))
+            return
+        meta.remaining -= 1
+        if meta.remaining == 0 and meta.rid is not None:
+            self._events.append(ReceiptReady(meta.rid))
+
+    def _send_timer(self, rec: SendRecord, now: float) -> None:
+        cfg = self.config
+        path = rec.path
+        tokens = rec.tokens
+        if not tokens:
+            rec.loss_time = INF  # (tokens may also leave by VOID, REVOKE or abandon)
+        elif rec.loss_time <= now:
+            self._detect_losses(rec, now)
+        if tokens or rec.req_out:
+            due = rec.last_sent + path.pto
+            if now >= due:
+                self._probe(rec, now)
+                due = now + path.pto
+            next_t = due
+        else:
+            next_t = INF
+        if rec.loss_time < next_t:
+            next_t = rec.loss_time
+        if not tokens and not rec.queue:
+            if rec.idle_since is None:
+                rec.idle_since = now
+            idle_due = rec.idle_since + cfg.idle_release_s
+            if now >= idle_due or self._closing:
+                self._release(rec, now)
+                return
+            next_t = min(next_t, idle_due)
+        elif self._peer_timeout and not rec.silent:
+            due = rec.heard_at + self._peer_timeout
+            if now >= due:
+                self._silent(rec, now)
+                if not rec.alive:
+                    return  # abandoned (the node is closing)
+            elif due < next_t:
+                next_t = due
+        self._schedule(rec, next_t)
+
+    def _probe(self, rec: SendRecord, now: float) -> None:
+        """The probe timeout expired with nothing acknowledged since: send the oldest token or
+        two again (their ACK, or the ACK of the copies it overtakes, tells which others were
+        lost) and the slot request if one is out; the timeout doubles."""
+        path = rec.path
+        self.stats.probe_timeouts += 1
+        if path.on_pto():
+            self.stats.congestion_events += 1
+        tokens = rec.tokens
+        if tokens:
+            seq = path.seq
+            probes = []
+            for s in tokens:
+                probes.append(s)
+                if len(probes) >= PROBE_TOKENS:
+                    break
+            for s in probes:
+                frame, r, meta, _, tx, _ = tokens[s]
+                frame = _RETRANSMIT(frame)
+                seq += 1
+                tokens[s] = (frame, r, meta, now, tx + 1, seq)
+                self._emit(rec.peer, frame)
+            path.seq = seq
+            self.stats.retransmits += len(probes)
+        if rec.req_out:
+            self.stats.reqslots_retransmits += 1
+            self._request_slots(rec, now)
+        rec.last_sent = now
+
+    def _release(self, rec: SendRecord, now: float) -> None:
+        """Discard an idle send record, giving back every slot it holds or asked for."""
+        end = max(rec.sck, rec.req_end)
+        self._clock.advance_to(end)
+        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, end, 0, end, 0))
+        if rec.revoked >= 0:
+            self._emit(rec.peer, _REVOKED_PACK(_REVOKED, rec.revoked, 0))
+        rec.alive = False
+        del self._sr[rec.peer]
+        self.stats.send_records_discarded += 1
+        if self._closing:
+            self._released.add(rec.peer)
+            self._check_closed(now)
