@@ -11,9 +11,20 @@ new grants: the new edge may be lower than an edge already granted; the sender a
 the FLOW arrives, and what it sent in between, up to the highest edge ever granted, is accepted
 (that margin is the loan). A peer that sends beyond the highest edge ever granted is violating
 the protocol: :meth:`RecvCredits.on_arrival` says so and the link is closed.
+
+The capacity tunes itself, as Linux tunes TCP's receive buffer (dynamic right-sizing): a link
+can move at most ``capacity`` messages per round trip, so when the application took more than
+half the capacity within one round trip to the peer (the transport's smoothed RTT), the window
+is what holds the stream back: the capacity doubles, up to ``limit`` messages, paying for the
+growth in bytes (the link's mean message size) out of a :class:`CreditBudget` shared by the
+node's links and given back when the link ends. On a LAN (sub-millisecond round trips) it never
+grows; on a long path it settles near twice the bandwidth-delay product, and the memory a node
+can be made to hold stays bounded by its budget.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 
 class SendCredits:
@@ -42,17 +53,49 @@ class SendCredits:
         return True
 
 
+class CreditBudget:
+    """Bytes of buffer the links of one node may take, in all, by growing their capacity
+    beyond what their sockets set (:class:`RecvCredits`)."""
+
+    __slots__ = ("total", "left")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.left = total
+
+    def take(self, nbytes: int) -> bool:
+        if nbytes > self.left:
+            return False
+        self.left -= nbytes
+        return True
+
+    def give(self, nbytes: int) -> None:
+        self.left = min(self.total, self.left + nbytes)
+
+
 class RecvCredits:
     """The receiving side: capacity, what arrived, what the application took, the edges."""
 
     __slots__ = ("_capacity", "received", "delivered", "edge", "max_edge", "flow_seq",
-                 "batch_fraction", "batch")
+                 "batch_fraction", "batch", "limit", "budget", "held", "arrived_bytes",
+                 "rtt_of", "round_end", "round_start_delivered")
 
-    def __init__(self, capacity: int, batch_fraction: float = 0.25) -> None:
+    def __init__(self, capacity: int, batch_fraction: float = 0.25, limit: int = 0,
+                 budget: CreditBudget | None = None,
+                 rtt_of: Callable[[], float | None] | None = None) -> None:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         self.batch_fraction = batch_fraction
         self.capacity = capacity
+        #: Most the capacity may grow to by itself (<= capacity: fixed).
+        self.limit = limit
+        self.budget = budget
+        self.held = 0  # bytes taken from the budget for growth
+        self.arrived_bytes = 0
+        #: The round trip to the peer (None: unknown); deliveries are counted per round trip.
+        self.rtt_of = rtt_of
+        self.round_end = 0.0
+        self.round_start_delivered = 0
         self.received = 0
         self.delivered = 0
         self.edge = capacity  # granted in the handshake
@@ -79,23 +122,58 @@ class RecvCredits:
         """How far the peer may still go beyond the current capacity (granted earlier)."""
         return max(0, self.max_edge - (self.delivered + self.capacity))
 
-    def on_arrival(self) -> bool:
-        """A DATA message arrived; False means the peer spent credits it never had."""
+    def on_arrival(self, nbytes: int = 0) -> bool:
+        """A DATA message of ``nbytes`` arrived; False means the peer spent credits it never
+        had."""
         self.received += 1
+        self.arrived_bytes += nbytes
         return self.received <= self.max_edge
 
-    def on_delivered(self) -> tuple[int, int] | None:
-        """The application took one message; returns a FLOW ``(flow_seq, edge)`` when due."""
+    def on_delivered(self, now: float = 0.0) -> tuple[int, int] | None:
+        """The application took one message at ``now``; returns a FLOW ``(flow_seq, edge)``
+        when due."""
         self.delivered += 1
+        if now >= self.round_end and self.limit > self._capacity:
+            self._end_round(now)
         target = self.delivered + self._capacity
         if target - self.edge >= self.batch:
             return self._grant(target)
         return None
 
+    def _end_round(self, now: float) -> None:
+        """A round trip's worth of deliveries is counted: grow if they filled half the
+        window, and start the next round."""
+        rtt = self.rtt_of() if self.rtt_of is not None else None
+        if rtt is None:
+            self.round_end = now + 1.0  # no measure yet: look again later
+            self.round_start_delivered = self.delivered
+            return
+        if 4 * (self.delivered - self.round_start_delivered) > self._capacity:
+            self._grow()
+        self.round_start_delivered = self.delivered
+        self.round_end = now + max(rtt, 0.001)
+
+    def _grow(self) -> None:
+        """Double the capacity (up to ``limit``) if the budget pays for it."""
+        new = min(self.limit, self._capacity * 2)
+        mean = self.arrived_bytes // self.received if self.received else 1
+        cost = (new - self._capacity) * max(mean, 1)
+        if self.budget is None or self.budget.take(cost):
+            self.held += cost
+            self.capacity = new
+
+    def release(self) -> None:
+        """The link ended: what its growth took from the budget goes back."""
+        if self.held and self.budget is not None:
+            self.budget.give(self.held)
+        self.held = 0
+
     def set_capacity(self, capacity: int) -> tuple[int, int] | None:
-        """Change the capacity at run time (lower or higher); returns the FLOW to send."""
+        """Change the capacity at run time (lower or higher); returns the FLOW to send. An
+        explicit capacity ends what the link grew by itself (it may grow again from there)."""
         if capacity < 0:
             raise ValueError("capacity must be >= 0")
+        self.release()
         self.capacity = capacity
         target = self.delivered + capacity
         if target == self.edge:

@@ -13,10 +13,11 @@ This module holds the state and the legal transitions (a table, h11 style); the 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from enum import Enum
 from typing import Final
 
-from a3m.core.credits import RecvCredits, SendCredits
+from a3m.core.credits import CreditBudget, RecvCredits, SendCredits
 from a3m.core.message import Metadata
 
 # Link decisions carried by LINKACK (0 = accepted).
@@ -104,7 +105,9 @@ class Link:
     )
 
     def __init__(self, peer: PeerId, my_inc: int, initiator: bool, capacity: int,
-                 ordered: bool = True) -> None:
+                 ordered: bool = True, capacity_max: int = 0,
+                 budget: CreditBudget | None = None,
+                 rtt_of: Callable[[], float | None] | None = None) -> None:
         self.peer = peer
         self.state = State.LINKING
         self.my_inc = my_inc
@@ -124,7 +127,7 @@ class Link:
         self.reorder: dict[int, tuple[int, bytes]] = {}
         self.inq: deque[bytes] = deque()
         self.send = SendCredits(0)
-        self.recv = RecvCredits(capacity)
+        self.recv = RecvCredits(capacity, limit=capacity_max, budget=budget, rtt_of=rtt_of)
         self.ctrl_pending = 0
         self.ordered = ordered
         self.peer_tag_bytes = b""

@@ -8,6 +8,7 @@ from random import Random
 from typing import Any, Protocol
 
 from a3m.core import message as m
+from a3m.core.credits import CreditBudget
 from a3m.core.socket_core import SocketCore
 from a3m.errors import ProtocolViolation, UsageError
 
@@ -39,7 +40,8 @@ class NodeCore:
 
     def __init__(self, node_id: str, rng: Random | None = None,
                  log: Callable[[str], None] | None = None,
-                 max_message_size: int = 1 << 62) -> None:
+                 max_message_size: int = 1 << 62,
+                 credit_budget_bytes: int = 64 * 1024 * 1024) -> None:
         self.node_id = node_id
         self.rng = rng or Random(0)
         self.sockets: dict[str, SocketCore] = {}
@@ -59,6 +61,11 @@ class NodeCore:
         #: could not fit raises MessageTooLarge before it changes any state.
         self.max_message_size = max_message_size
         self.lost_messages = 0  # messages of unknown outcome reported by the transport
+        #: Bytes the links' receive capacities may grow by, in all (docs/credits.md).
+        self.credit_budget = CreditBudget(credit_budget_bytes)
+        #: The transport's smoothed round trip to a node (None: not measured); the runtime
+        #: plugs it in (:class:`a3m.core.transport.ExonBridge`). Links size their windows by it.
+        self.rtt: Callable[[str], float | None] = lambda node_id: None
 
     # ------------------------------------------------------------------ registry
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from random import Random
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -57,6 +58,10 @@ class SocketOptions:
     """Options every socket has (patterns add their own through ``extra_options``)."""
 
     capacity: int = 256  # credits per link: messages a peer may have queued here
+    #: The capacity grows by itself up to this (a peer waiting on credits while the
+    #: application keeps up: a long path), paid from the node's credit budget (bytes, shared
+    #: by its links; docs/credits.md). 0 or <= capacity: fixed.
+    capacity_max: int = 16384
     ordered: bool = True  # per-link FIFO delivery
     incoming: bool = True  # accept links initiated by peers
     max_links: int = 0  # 0 = no limit
@@ -229,7 +234,7 @@ class SocketCore:
     def delivered_from(self, link: Link) -> None:
         """Call when the application took a message from ``link`` (returns credits)."""
         self.stats["delivered"] += 1
-        flow = link.recv.on_delivered()
+        flow = link.recv.on_delivered(self.node.now)
         # Credits are useless once the peer unlinked (its goal is fixed: it sends no more
         # DATA); such a FLOW would only keep this node waiting for a peer that may be gone.
         if flow is not None and link.state is not State.CLOSED and link.peer_goal is None:
@@ -365,6 +370,11 @@ class SocketCore:
                 flow = link.recv.set_capacity(value)
                 if flow is not None and link.state in (State.ESTABLISHED, State.UNLINKING):
                     self._send_flow(link, flow)
+        elif name == "capacity_max":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise UsageError("capacity_max must be an int >= 0")
+            for link in self.links.values():
+                link.recv.limit = value
         setattr(self.options, name, value)
 
     def next_timer(self) -> float | None:
@@ -465,7 +475,8 @@ class SocketCore:
 
     def _new_link(self, peer: PeerId, initiator: bool) -> Link:
         link = Link(peer, self.node.next_incarnation(), initiator, self.options.capacity,
-                    self.options.ordered)
+                    self.options.ordered, self.options.capacity_max, self.node.credit_budget,
+                    partial(self.node.rtt, peer[0]))
         link.peer_tag_bytes = m.encoded_tag(peer[1])
         self.links[peer] = link
         self._ring = None
@@ -647,7 +658,7 @@ class SocketCore:
         if link.state is State.CLOSED:
             return
         if mtype == m.DATA:
-            if not link.recv.on_arrival():
+            if not link.recv.on_arrival(len(payload)):
                 self.protocol_violation(link, "sent beyond its credits")
                 return
         else:
@@ -741,6 +752,7 @@ class SocketCore:
         if self.links.get(link.peer) is link:
             del self.links[link.peer]
             self._ring = None
+        link.recv.release()
         for payload in link.inq:
             self.orphans.append(Received(payload, link.peer))
         link.inq.clear()

@@ -29,6 +29,7 @@ class ExonBridge:
     def __init__(self, core: NodeCore, proto: ExonProtocol) -> None:
         self.core = core
         self.proto = proto
+        core.rtt = proto.srtt
         self.outbox: deque[tuple[str, bytes]] = deque()
         self.peers_unreachable = 0  # PeerUnreachable events handled (links ended)
         self.peers_reachable = 0

@@ -17,12 +17,14 @@ argument and the constants are in ``docs/exon-wire.md`` ("Loss recovery"):
   RTT: it acknowledged the first copy) widens the time threshold by a quarter, up to 4x. The
   protocol scans its tokens; this object keeps the transmission sequence, the largest
   acknowledged one and the thresholds.
-- **Congestion control**: NewReno's slow start and congestion avoidance in bytes, with the
-  loss response of TCP Westwood+: on a loss the window falls to the bandwidth estimate times
-  the minimum RTT (the path's measured capacity) instead of to half of itself. Random loss,
-  which Exon exists to survive, then costs little, while a real bottleneck (delivery rate below
-  the sending rate, a queue growing) still brings the window down to its fair share; three
-  probe timeouts in a row (persistent congestion) collapse it to the minimum.
+- **Congestion control**, model-based on BBR's lines: the window is 2 x the largest recent
+  delivery rate x the minimum RTT (at least 2 datagrams; 10 before any measure). While the
+  path delivers more than before, the window doubles each round trip (a slow start); random
+  loss, which Exon exists to survive, barely moves it (NewReno would halve it at every loss,
+  and at 5 % loss hold a stream to a few datagrams per round trip); a bottleneck bounds it at
+  twice its bandwidth-delay product (a bounded queue, never a collapse); a round trip that
+  loses more than 15 % of what it sent halves the rate estimate (congestion beyond what a
+  lossy link explains); three probe timeouts in a row collapse it to the minimum.
 
 One :class:`PathRecovery` per peer outlives the peer's send records (a new record starts from
 the RTT and window measured before, not from the initial guesses).
@@ -46,6 +48,11 @@ MIN_WINDOW_DATAGRAMS = 2
 #: The bandwidth estimate keeps the largest recent per-round delivery rate, decaying by this
 #: factor each round (a windowed maximum of a few tens of rounds, without the window's memory).
 BW_DECAY = 0.95
+#: The window is this many bandwidth-delay products (BBR's cwnd gain): room for the delivery
+#: rate to grow when the path has more to give, a bounded queue when it has not.
+CWND_GAIN = 2.0
+#: A round trip that loses more than this share of what it sent is taken as congestion.
+LOSS_TOLERANCE = 0.15
 
 
 class PathRecovery:
@@ -60,8 +67,8 @@ class PathRecovery:
         "srtt", "rttvar", "min_rtt", "latest_rtt", "sampled", "initial_pto", "peer_ack_delay",
         "pto_count", "pto", "backoff_cap", "seq", "largest_acked", "packet_threshold",
         "reorder_quarters", "spurious",
-        "mds", "cwnd", "ssthresh", "min_window", "inflight", "recovery_start",
-        "bw", "bw_acked", "bw_start", "congestion_events",
+        "mds", "cwnd", "min_window", "inflight", "bw", "round_start", "round_acked",
+        "round_lost", "congestion_events",
     )
 
     def __init__(self, initial_pto: float, peer_ack_delay: float, backoff_cap: float,
@@ -87,12 +94,11 @@ class PathRecovery:
         self.mds = mds
         self.min_window = MIN_WINDOW_DATAGRAMS * mds
         self.cwnd = min(INITIAL_WINDOW_DATAGRAMS * mds, max(14720, self.min_window))
-        self.ssthresh = float("inf")
         self.inflight = 0
-        self.recovery_start = -1.0
-        self.bw = 0.0  # bytes/s
-        self.bw_acked = 0
-        self.bw_start = -1.0
+        self.bw = 0.0  # delivery rate estimate, bytes/s
+        self.round_start = -1.0
+        self.round_acked = 0
+        self.round_lost = 0
         self.congestion_events = 0
         self._update_pto()
 
@@ -142,8 +148,9 @@ class PathRecovery:
         self._update_pto()
         if self.pto_count == PERSISTENT_PTOS:
             self.cwnd = self.min_window
-            self.ssthresh = max(self.min_window, self.ssthresh / 2)
-            self.bw = 0.0
+            self.bw = 0.0  # the model starts again from the minimum window
+            self.round_start = -1.0
+            self.round_acked = self.round_lost = 0
             self.congestion_events += 1
             return True
         return False
@@ -182,42 +189,37 @@ class PathRecovery:
         if self.inflight < 0:
             self.inflight = 0
 
-    def on_acked(self, nbytes: int, newest_sent_at: float, now: float) -> None:
-        """``nbytes`` of tokens acknowledged, the newest of them sent at ``newest_sent_at``."""
-        before = self.inflight
-        self.inflight = before - nbytes if before > nbytes else 0
-        # Delivery rate, per round (one smoothed RTT, at least the granularity).
-        if self.bw_start < 0:
-            self.bw_start = now
-            self.bw_acked = 0
-        self.bw_acked += nbytes
-        span = now - self.bw_start
+    def on_acked(self, nbytes: int, now: float) -> None:
+        """``nbytes`` of tokens were acknowledged at ``now``."""
+        self.inflight = self.inflight - nbytes if self.inflight > nbytes else 0
+        self.round_acked += nbytes
+        if self.round_start < 0:
+            self.round_start = now
+            return  # the round's clock starts at its first acknowledgement
+        span = now - self.round_start
         if span >= (self.srtt if self.srtt > GRANULARITY_S else GRANULARITY_S):
-            rate = self.bw_acked / span
-            decayed = self.bw * BW_DECAY
-            self.bw = rate if rate > decayed else decayed
-            self.bw_start = now
-            self.bw_acked = 0
-        if newest_sent_at <= self.recovery_start:
-            return  # acknowledging what was sent before the last reduction: no growth
-        if before < self.cwnd // 2:
-            return  # application-limited: an unused window is not grown
-        if self.cwnd < self.ssthresh:
-            self.cwnd += nbytes  # slow start
-        else:
-            self.cwnd += self.mds * nbytes // self.cwnd or 1  # congestion avoidance
+            self._end_round(span, now)
 
-    def on_lost(self, sent_at: float, now: float) -> None:
-        """A token sent at ``sent_at`` was declared lost (at most one reduction per round)."""
-        if sent_at <= self.recovery_start:
-            return
-        self.recovery_start = now
-        self.congestion_events += 1
-        target = self.bw * (self.min_rtt if self.min_rtt != float("inf") else self.srtt)
-        window = max(float(self.min_window), target)
-        if window < self.cwnd:
-            self.cwnd = int(window)
-        self.ssthresh = max(self.cwnd, self.min_window)
+    def _end_round(self, span: float, now: float) -> None:
+        """A round trip of acknowledgements: take a delivery-rate sample, answer heavy loss,
+        and size the window from the model."""
+        rate = self.round_acked / span
+        decayed = self.bw * BW_DECAY
+        self.bw = rate if rate > decayed else decayed
+        lost, acked = self.round_lost, self.round_acked
+        if lost > LOSS_TOLERANCE * (lost + acked):
+            # More loss than a lossy link explains: the path is congested. Halve the rate
+            # the window is sized from (once a round: the next round starts now).
+            self.bw *= 0.5
+            self.congestion_events += 1
+        self.round_start = now
+        self.round_acked = self.round_lost = 0
+        if self.bw > 0 and self.min_rtt != float("inf"):
+            self.cwnd = max(self.min_window, int(CWND_GAIN * self.bw * self.min_rtt))
+
+    def on_lost(self, nbytes: int) -> None:
+        """``nbytes`` of tokens were declared lost (they are sent again at once)."""
+        self.round_lost += nbytes
 
     def bdp_bytes(self) -> float:
         """The bandwidth-delay product as measured (0 before any estimate)."""

@@ -136,6 +136,11 @@ class SenderPart(ProtocolState):
         self._paths[peer] = path
         return path
 
+    def srtt(self, peer: str) -> float | None:
+        """The smoothed round trip to ``peer`` (None before any measure)."""
+        path = self._paths.get(peer)
+        return path.srtt if path is not None and path.sampled else None
+
     def path_stats(self, peer: str) -> dict[str, float] | None:
         """RTT, probe timeout and congestion window of the path to ``peer`` (diagnostics)."""
         path = self._paths.get(peer)
@@ -258,7 +263,6 @@ class SenderPart(ProtocolState):
         acked = 0
         nbytes = 0
         sample_at = -1.0
-        newest = -1.0  # latest send time among the tokens this ACK covers
         largest = -1  # largest transmission sequence among them
         reordered = False
         path = rec.path
@@ -282,8 +286,6 @@ class SenderPart(ProtocolState):
                     del tokens[s]
                     acked += 1
                     nbytes += len(tok[0])
-                    if tok[3] > newest:
-                        newest = tok[3]
                     if tok[5] > largest:
                         largest = tok[5]
                     if tok[4] == 1:
@@ -309,7 +311,10 @@ class SenderPart(ProtocolState):
         if spurious:
             path.on_spurious()
         path.on_progress()
-        path.on_acked(nbytes, newest, now)
+        events = path.congestion_events
+        path.on_acked(nbytes, now)
+        if path.congestion_events != events:
+            self.stats.congestion_events += path.congestion_events - events
         if largest > path.largest_acked:
             path.largest_acked = largest
         if tokens:
@@ -356,14 +361,13 @@ class SenderPart(ProtocolState):
                 loss_time = t
         rec.loss_time = loss_time
         if lost:
-            oldest = INF
+            lost_bytes = 0
             seq = path.seq
             emit = self._emit
             peer = rec.peer
             for s in lost:
-                frame, r, meta, sent_at, tx, _ = tokens[s]
-                if sent_at < oldest:
-                    oldest = sent_at
+                frame, r, meta, _, tx, _ = tokens[s]
+                lost_bytes += len(frame)
                 frame = _RETRANSMIT(frame)
                 seq += 1
                 tokens[s] = (frame, r, meta, now, tx + 1, seq)
@@ -372,9 +376,7 @@ class SenderPart(ProtocolState):
             n = len(lost)
             self.stats.retransmits += n
             self.stats.fast_retransmits += n
-            events = path.congestion_events
-            path.on_lost(oldest, now)
-            self.stats.congestion_events += path.congestion_events - events
+            path.on_lost(lost_bytes)
             rec.last_sent = now
             self._schedule(rec, now + path.pto)
         if loss_time < rec.timer_at:
