@@ -17,14 +17,16 @@ class ExonConfig:
     #: Largest datagram toward a loopback address (its path MTU is 64 KiB), used by runtimes
     #: through the protocol's ``path_mtu`` hook; 0 keeps ``max_datagram_size`` everywhere.
     loopback_datagram_size: int = 65000
-    #: Tokens queued or unacknowledged per destination before ``send`` blocks (the notes' P).
+    #: Tokens queued or unacknowledged per destination before ``send`` blocks (the notes' P);
+    #: more, up to ``window_global``, when the peer's congestion window holds more tokens.
     window_per_peer: int = 2048
     #: Tokens queued or unacknowledged across all destinations before ``send`` blocks.
     window_global: int = 16384
-    #: Envelopes a sender tries to keep in hand ahead of its queue (the notes' N).
+    #: Envelopes a sender tries to keep in hand ahead of its queue (the notes' N); more when
+    #: the congestion window holds more tokens (up to half ``max_live_slots``).
     slots_ahead: int = 2048
     #: Most slots one receive record keeps live (span from its lowest live slot to its end).
-    max_live_slots: int = 8192
+    max_live_slots: int = 65536
     #: Probe timeout before any RTT sample to a peer (a path's measurements outlive its send
     #: records, so this is the first exchange's timeout only). Afterwards the probe timeout is
     #: srtt + max(4 rttvar, 1 ms) + the peer's ACK delay, with no floor (``a3m.exon.recovery``).

@@ -68,7 +68,7 @@ class PathRecovery:
         "pto_count", "pto", "backoff_cap", "seq", "largest_acked", "packet_threshold",
         "reorder_quarters", "spurious",
         "mds", "cwnd", "min_window", "inflight", "bw", "round_start", "round_acked",
-        "round_lost", "congestion_events",
+        "round_lost", "congestion_events", "cwnd_tokens", "token_bytes",
     )
 
     def __init__(self, initial_pto: float, peer_ack_delay: float, backoff_cap: float,
@@ -100,6 +100,11 @@ class PathRecovery:
         self.round_acked = 0
         self.round_lost = 0
         self.congestion_events = 0
+        #: About how many tokens the measured window holds (by the mean size of those
+        #: acknowledged; 0 before a measure): the protocol sizes its per-peer window and slot
+        #: requests from it.
+        self.token_bytes = 64.0
+        self.cwnd_tokens = 0
         self._update_pto()
 
     # ------------------------------------------------------------------ RTT and timeouts
@@ -148,6 +153,7 @@ class PathRecovery:
         self._update_pto()
         if self.pto_count == PERSISTENT_PTOS:
             self.cwnd = self.min_window
+            self.cwnd_tokens = 0
             self.bw = 0.0  # the model starts again from the minimum window
             self.round_start = -1.0
             self.round_acked = self.round_lost = 0
@@ -189,8 +195,9 @@ class PathRecovery:
         if self.inflight < 0:
             self.inflight = 0
 
-    def on_acked(self, nbytes: int, now: float) -> None:
-        """``nbytes`` of tokens were acknowledged at ``now``."""
+    def on_acked(self, nbytes: int, now: float, ntokens: int = 1) -> None:
+        """``nbytes`` of ``ntokens`` tokens were acknowledged at ``now``."""
+        self.token_bytes += 0.125 * (nbytes / ntokens - self.token_bytes)
         self.inflight = self.inflight - nbytes if self.inflight > nbytes else 0
         self.round_acked += nbytes
         if self.round_start < 0:
@@ -216,6 +223,7 @@ class PathRecovery:
         self.round_acked = self.round_lost = 0
         if self.bw > 0 and self.min_rtt != float("inf"):
             self.cwnd = max(self.min_window, int(CWND_GAIN * self.bw * self.min_rtt))
+            self.cwnd_tokens = int(self.cwnd / self.token_bytes)
 
     def on_lost(self, nbytes: int) -> None:
         """``nbytes`` of tokens were declared lost (they are sent again at once)."""

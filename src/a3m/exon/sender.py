@@ -38,7 +38,7 @@ class SenderPart(ProtocolState):
             return True
         rec = self._sr.get(dst)
         pend = rec.pending if rec is not None else 0
-        return (pend < self.config.window_per_peer
+        return (pend < self._peer_window(rec)
                 and self._pending_total < self.config.window_global)
 
     def in_flight(self) -> int:
@@ -79,7 +79,7 @@ class SenderPart(ProtocolState):
             rec.max_single = self._limit(dst) - len(self._header(dst)) - wire.TOKEN_OVERHEAD
             self._sr[dst] = rec
             self.stats.send_records_created += 1
-        elif (len(rec.queue) + len(rec.tokens) >= cfg.window_per_peer
+        elif (len(rec.queue) + len(rec.tokens) >= self._peer_window(rec)
               or self._pending_total >= cfg.window_global):
             self._blocked = True
             raise WouldBlock(f"send window to {dst!r} full")
@@ -136,6 +136,15 @@ class SenderPart(ProtocolState):
         self._paths[peer] = path
         return path
 
+    def _peer_window(self, rec: SendRecord | None) -> int:
+        """Pieces queued or unacknowledged to one peer before ``send`` blocks: the configured
+        window, or more when the congestion window holds more tokens (a long fat path), never
+        beyond the global window."""
+        cfg = self.config
+        if rec is None or rec.path.cwnd_tokens <= cfg.window_per_peer:
+            return cfg.window_per_peer
+        return min(rec.path.cwnd_tokens, cfg.window_global)
+
     def srtt(self, peer: str) -> float | None:
         """The smoothed round trip to ``peer`` (None before any measure)."""
         path = self._paths.get(peer)
@@ -191,7 +200,10 @@ class SenderPart(ProtocolState):
     def _request_slots(self, rec: SendRecord, now: float) -> None:
         cfg = self.config
         have = rec.sck - rec.env_lo
-        want = min(cfg.slots_ahead + len(rec.queue) - have, cfg.max_live_slots)
+        ahead = cfg.slots_ahead
+        if rec.path.cwnd_tokens > ahead:
+            ahead = min(rec.path.cwnd_tokens, cfg.max_live_slots >> 1)
+        want = min(ahead + len(rec.queue) - have, cfg.max_live_slots)
         if want <= 0:
             rec.req_out = False
             return
@@ -312,7 +324,7 @@ class SenderPart(ProtocolState):
             path.on_spurious()
         path.on_progress()
         events = path.congestion_events
-        path.on_acked(nbytes, now)
+        path.on_acked(nbytes, now, acked)
         if path.congestion_events != events:
             self.stats.congestion_events += path.congestion_events - events
         if largest > path.largest_acked:
