@@ -122,3 +122,17 @@ def test_a_retransmitted_slot_request_still_measures_the_rtt() -> None:
     assert net.dropped == 1 and net.nodes["a"].stats.reqslots_retransmits == 1
     stats = net.nodes["a"].path_stats("b")
     assert stats is not None and 0.009 < stats["min_rtt_s"] < 0.0125  # 10 ms (+ ACK delay)
+
+
+def test_an_ack_lost_with_its_datagram_is_repeated_by_the_next_one() -> None:
+    # The next ACK repeats what the last two covered below the receiver's lowest live slot,
+    # so a token whose ACK was lost is not sent again: its receipt comes with the next ACK.
+    net = DelayedNet("a", "b", one_way_s=RTT_S / 2)
+    net.drop = drop_first(lambda fs: any(f[0] == wire.ACK for f in fs), src="b")
+    first = net.send("a", "b", b"m1", receipt=True)
+    net.run(0.003)  # b's delayed ACK for m1 left, and was dropped
+    assert net.dropped == 1 and first not in net.receipts
+    second = net.send("a", "b", b"m2", receipt=True)
+    assert net.run(0.05, lambda: first in net.receipts and second in net.receipts)
+    assert net.nodes["a"].stats.retransmits == 0
+    assert net.receipts[first] == net.receipts[second]  # one ACK answered both

@@ -195,17 +195,48 @@ class ReceiverPart(ProtocolState):
             per_r = acks.pop(peer)
             budget = min(self._limit(peer), self._mds) - 300  # room for the header
             max_ranges = max(1, (budget - wire.ACK_S.size) // _RANGE_SIZE)
+            rr = self._rr.get(peer)
             for r, slots in per_r.items():
-                if len(slots) == 1:
+                if rr is not None and rr.rck == r:
+                    ranges = self._reack_ranges(rr, slots)
+                elif len(slots) == 1:
                     self._emit(peer, wire.encode_ack(r, ((slots[0], 1),)))
                     continue
-                ranges = wire.to_ranges(slots)
+                else:
+                    ranges = wire.to_ranges(slots)
                 for i in range(0, len(ranges), max_ranges):
                     self._emit(peer, wire.encode_ack(r, ranges[i:i + max_ranges]))
         if not acks:
             self._ack_due = INF
             self._ack_now = self._closing
             self._ack_dgrams = 0
+
+    @staticmethod
+    def _reack_ranges(rr: RecvRecord, slots: list[int]) -> list[tuple[int, int]]:
+        """The ranges of an ACK for record ``rr``: the slots just consumed, and again what the
+        last two ACKs covered below ``low`` (every slot below ``low`` was delivered, released
+        or never granted: a sender holds no undelivered token there) and, when few, the
+        consumed slots above it. An ACK lost with the reply it rode on is then repeated by
+        the next one, instead of its tokens being taken for lost and sent again."""
+        low = rr.low
+        extra = [s for s in slots if s >= low or s < rr.reack_prev]
+        if len(rr.dead) <= 256:
+            extra.extend(rr.dead)
+        ranges = wire.to_ranges(extra)
+        if rr.reack_prev < low:
+            ranges.append((rr.reack_prev, low - rr.reack_prev))
+            ranges.sort()
+            merged: list[tuple[int, int]] = []
+            for first, count in ranges:
+                if merged and first <= merged[-1][0] + merged[-1][1]:
+                    f0, c0 = merged[-1]
+                    merged[-1] = (f0, max(c0, first + count - f0))
+                else:
+                    merged.append((first, count))
+            ranges = merged
+        rr.reack_prev = rr.reack_from
+        rr.reack_from = low
+        return ranges
 
     def _void(self, src: str, r: int) -> None:
         """Tell ``src`` that record ``r`` (below our boot clock) is gone: once per output."""

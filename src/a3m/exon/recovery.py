@@ -23,8 +23,9 @@ argument and the constants are in ``docs/exon-wire.md`` ("Loss recovery"):
   loss, which Exon exists to survive, barely moves it (NewReno would halve it at every loss,
   and at 5 % loss hold a stream to a few datagrams per round trip); a bottleneck bounds it at
   twice its bandwidth-delay product (a bounded queue, never a collapse); a round trip that
-  loses more than 15 % of what it sent halves the rate estimate (congestion beyond what a
-  lossy link explains); three probe timeouts in a row collapse it to the minimum.
+  loses more than 15 % of what it sent, while the smoothed loss rate over rounds is above 15 %
+  too, halves the rate estimate (congestion beyond what a lossy link explains); three probe
+  timeouts in a row collapse it to the minimum.
 
 One :class:`PathRecovery` per peer outlives the peer's send records (a new record starts from
 the RTT and window measured before, not from the initial guesses).
@@ -68,7 +69,7 @@ class PathRecovery:
         "pto_count", "pto", "backoff_cap", "seq", "largest_acked", "packet_threshold",
         "reorder_quarters", "spurious",
         "mds", "cwnd", "min_window", "inflight", "bw", "round_start", "round_acked",
-        "round_lost", "congestion_events", "cwnd_tokens", "token_bytes",
+        "round_lost", "loss_rate", "congestion_events", "cwnd_tokens", "token_bytes",
     )
 
     def __init__(self, initial_pto: float, peer_ack_delay: float, backoff_cap: float,
@@ -99,6 +100,7 @@ class PathRecovery:
         self.round_start = -1.0
         self.round_acked = 0
         self.round_lost = 0
+        self.loss_rate = 0.0  # smoothed share of what was sent that was declared lost
         self.congestion_events = 0
         #: About how many tokens the measured window holds (by the mean size of those
         #: acknowledged; 0 before a measure): the protocol sizes its per-peer window and slot
@@ -166,9 +168,8 @@ class PathRecovery:
         self.packet_threshold = 1 << 62
 
     def on_spurious(self) -> None:
-        """A retransmission turned out needless (the first copy was only late)."""
+        """A retransmission turned out needless (the first copy, or its ACK, was only late)."""
         self.spurious += 1
-        self.packet_threshold = 1 << 62
         if self.reorder_quarters < MAX_REORDER_QUARTERS:
             self.reorder_quarters += 1
 
@@ -214,10 +215,12 @@ class PathRecovery:
         decayed = self.bw * BW_DECAY
         self.bw = rate if rate > decayed else decayed
         lost, acked = self.round_lost, self.round_acked
-        if lost > LOSS_TOLERANCE * (lost + acked):
-            # More loss than a lossy link explains: the path is congested. Halve the rate
-            # the window is sized from (once a round: the next round starts now).
+        self.loss_rate += 0.125 * (lost / (lost + acked) - self.loss_rate)
+        if self.loss_rate > LOSS_TOLERANCE and lost > LOSS_TOLERANCE * (lost + acked):
+            # More loss, over several rounds, than a lossy link explains: the path is
+            # congested. Halve the rate the window is sized from, and measure again.
             self.bw *= 0.5
+            self.loss_rate = 0.0
             self.congestion_events += 1
         self.round_start = now
         self.round_acked = self.round_lost = 0
@@ -241,4 +244,7 @@ class PathRecovery:
                 "pto_s": self.pto, "pto_count": self.pto_count, "cwnd": self.cwnd,
                 "inflight": self.inflight, "bandwidth_Bps": self.bw,
                 "peer_ack_delay_s": self.peer_ack_delay, "spurious": self.spurious,
+                "reordering": self.packet_threshold != PACKET_THRESHOLD,
+                "time_threshold_quarters": self.reorder_quarters,
+                "loss_rate": self.loss_rate,
                 "congestion_events": self.congestion_events}

@@ -274,7 +274,7 @@ class SenderPart(ProtocolState):
         tokens = rec.tokens
         acked = 0
         nbytes = 0
-        sample_at = -1.0
+        sample_at = -1.0  # sent time of the newest token acked, if a first transmission
         largest = -1  # largest transmission sequence among them
         reordered = False
         path = rec.path
@@ -300,9 +300,8 @@ class SenderPart(ProtocolState):
                     nbytes += len(tok[0])
                     if tok[5] > largest:
                         largest = tok[5]
+                        sample_at = tok[3] if tok[4] == 1 else -1.0
                     if tok[4] == 1:
-                        if tok[3] > sample_at:
-                            sample_at = tok[3]
                         if tok[5] < prev_largest:
                             reordered = True  # overtaken by a later transmission
                     elif now - tok[3] < spurious_within:
@@ -316,7 +315,10 @@ class SenderPart(ProtocolState):
         self._pending_total -= acked
         if rec.revoked >= 0:
             self._check_revoked(rec)
-        if sample_at >= 0:
+        if sample_at >= 0 and largest > prev_largest:
+            # QUIC's rule: a sample only from an ACK that moves the largest acknowledged
+            # transmission on (an ACK repeated for an older token would measure the delay of
+            # the repeat, not the path).
             path.on_rtt_sample(now - sample_at)
         if reordered:
             path.on_reordering()
