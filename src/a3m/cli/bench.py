@@ -2,6 +2,9 @@
 
 ``--plot FILE.png`` also draws the result as a chart; ``--plot FILE.png --from a.json b.json``
 draws saved results (``--out``) without measuring anything, one panel each.
+
+``a3m bench rpc`` and ``a3m bench pushpull --loss/--delay/--rate`` run across an emulated
+path (:mod:`a3m.testing.netem`: network namespaces, so root) instead of plain loopback.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub")
+BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +36,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="from_files", nargs="+", metavar="RESULT.json",
                    help="with --plot: draw these saved results (from --out), one panel each, "
                         "instead of running a workload")
+    g = p.add_argument_group(
+        "emulated path (rpc; pushpull when any is given)",
+        "server and client in two network namespaces joined by a user-space emulator "
+        "(needs root); with no delay, jitter or rate, a loopback namespace whose nft rule "
+        "drops packets, if nft is installed")
+    g.add_argument("--loss", metavar="PCT[,PCT...]",
+                   help="random loss per direction, percent; a list sweeps (rpc default 0)")
+    g.add_argument("--delay", type=float, metavar="MS", help="one-way delay (default 0)")
+    g.add_argument("--jitter", type=float, default=0.0, metavar="MS", help="delay jitter")
+    g.add_argument("--rate", type=float, default=0.0, metavar="MBIT",
+                   help="rate limit per direction (default none)")
+    g.add_argument("--concurrency", type=int, default=1, metavar="C",
+                   help="rpc: requests in flight (A3M DEALER/ROUTER, pyzmq DEALER/ROUTER, "
+                        "pynng REQ contexts)")
+    g.add_argument("--duration", type=float, default=10.0, metavar="S",
+                   help="rpc: seconds per system and loss rate (default 10)")
+    g.add_argument("--ordered", action="store_true",
+                   help="rpc: keep A3M's per-link order (off by default: independent "
+                        "requests need none, and order holds replies behind a lost one)")
 
 
 def _error(msg: str) -> int:
@@ -56,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
             require_matplotlib()
         except PlotError as exc:
             return _error(str(exc))
+
+    if args.workload == "rpc" or (args.workload == "pushpull" and (
+            args.loss is not None or args.delay is not None or args.rate)):
+        return _emulated(args, plot)
 
     from a3m.benchmarks.registry import WORKLOADS, run_bench
 
@@ -85,6 +111,71 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(result)
     return 0
+
+
+def _emulated(args: argparse.Namespace, plot: str | None) -> int:
+    """rpc, or pushpull, across an emulated path."""
+    from a3m.benchmarks import emulated
+    from a3m.testing.netem import NetemUnavailable
+
+    try:
+        losses = [float(x) for x in (args.loss or "0").split(",") if x.strip()]
+    except ValueError:
+        return _error(f"--loss takes percentages separated by commas, not {args.loss!r}")
+    if not losses or any(not 0 <= x < 100 for x in losses):
+        return _error("--loss percentages must be within 0..100")
+    if args.concurrency < 1 or args.duration <= 0 or args.size < 16:
+        return _error("need --concurrency >= 1, --duration > 0 and --size >= 16")
+
+    def progress(msg: str) -> None:
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+    try:
+        if args.workload == "rpc":
+            result = emulated.run_rpc(losses, delay_ms=args.delay or 0.0, jitter_ms=args.jitter,
+                                      rate_mbit=args.rate, concurrency=args.concurrency,
+                                      duration=args.duration, size=args.size,
+                                      ordered=args.ordered, progress=progress)
+        else:
+            result = emulated.run_stream(losses, delay_ms=args.delay or 0.0,
+                                         rate_mbit=args.rate, messages=args.messages,
+                                         size=args.size, progress=progress)
+    except NetemUnavailable as exc:
+        return _error(f"{args.workload} over an emulated path: {exc}")
+    if plot:
+        emulated.plot(result, plot)
+        progress(f"chart written to {plot}")
+        result["plot"] = plot
+    text = json.dumps(result, indent=None if args.json else 2)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if args.json:
+        print(text)
+    else:
+        _emulated_table(result)
+    return 0
+
+
+def _emulated_table(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rpc = result["workload"] == "rpc"
+    table = Table(title=f"a3m bench {result['workload']} (delay {result['delay_ms']} ms"
+                        f"{', x' + str(result['concurrency']) if rpc else ''})")
+    for col in ("system", "loss %") + (("rt/s", "p50 ms", "p99 ms", "max ms") if rpc
+                                        else ("msg/s",)):
+        table.add_column(col, justify="right")
+    for r in result["results"]:
+        if "error" in r:
+            table.add_row(r["system"], str(r["loss_pct"]), r["error"])
+        elif rpc:
+            table.add_row(r["system"], str(r["loss_pct"]), f"{r['rt_per_s']:,.1f}",
+                          str(r["p50_ms"]), str(r["p99_ms"]), str(r["max_ms"]))
+        else:
+            table.add_row(r["system"], str(r["loss_pct"]), f"{r.get('msgs_per_s', 0):,}")
+    Console(stderr=True).print(table)
 
 
 def _plot_saved(args: argparse.Namespace, files: list[str], plot: str | None) -> int:

@@ -1,0 +1,490 @@
+"""Benchmarks across an emulated path (:mod:`a3m.testing.netem`): A3M beside pyzmq and pynng.
+
+``rpc``: C requests in flight between one pair of nodes for a fixed time (A3M DEALER/ROUTER,
+pyzmq DEALER/ROUTER over one TCP connection, pynng REQ/REP with C contexts); round trips/s and
+latency percentiles. ``stream``: N one-way 64 B messages (PUSH/PULL), messages/s.
+
+Each system's server runs in namespace ``b`` and its client in ``a``, one after the other on
+the same path, pinned to one CPU each (the forwarder takes what is left). A path with no delay
+and nft available is the lossy loopback namespace (the kernel's own loopback, as in the issue's
+first measurements); otherwise the TUN emulator. Workers are this module run as a script
+(``python -m a3m.benchmarks.emulated serve|call|push|pull SYSTEM ...``): they print one JSON
+line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from a3m.testing.netem import (
+    Impairment,
+    LossyLoopback,
+    NetemUnavailable,
+    NetPath,
+    nft_unavailable,
+    unavailable,
+)
+
+SYSTEMS = ("a3m", "pyzmq", "pynng")
+PORT = 7600
+HDR = struct.Struct(">Qd")  # request id, send time (client clock)
+
+
+# ---------------------------------------------------------------------- workers
+
+
+def _pin(cpu: int) -> None:
+    if cpu >= 0 and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {cpu % (os.cpu_count() or 1)})
+        except OSError:
+            pass
+
+
+def _ready() -> None:
+    print("READY", flush=True)
+
+
+def serve(system: str, host: str, concurrency: int, duration: float, ordered: bool = False
+          ) -> dict[str, Any]:
+    """Echo every request until the client is done (or ``duration`` + a margin)."""
+    end = time.monotonic() + duration + 30
+    served = 0
+    if system == "a3m":
+        import a3m
+
+        with a3m.Node("rpc-server", bind=f"{host}:{PORT}") as node:
+            router = node.socket(a3m.ROUTER, "rpc", ordered=ordered)
+            _ready()
+            while time.monotonic() < end:
+                try:
+                    m = router.recv_msg(timeout=1.0)
+                except a3m.Timeout:
+                    if served:
+                        break
+                    continue
+                if m.payload == b"done":
+                    break
+                router.send(m.payload, to=m.source, timeout=10)
+                served += 1
+            node.close(timeout=2)
+    elif system == "pyzmq":
+        import zmq
+
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.ROUTER)
+        s.bind(f"tcp://{host}:{PORT}")
+        _ready()
+        s.RCVTIMEO = 1000
+        while time.monotonic() < end:
+            try:
+                ident, payload = s.recv_multipart()
+            except zmq.Again:
+                if served:
+                    break
+                continue
+            if payload == b"done":
+                break
+            s.send_multipart([ident, payload])
+            served += 1
+        s.close(linger=0)
+        ctx.term()
+    else:
+        import pynng
+
+        with pynng.Rep0(listen=f"tcp://{host}:{PORT}", recv_timeout=1000) as s:
+            _ready()
+            stop = threading.Event()
+            counts = [0] * concurrency
+
+            def loop(i: int) -> None:
+                ctx = s.new_context()
+                while not stop.is_set() and time.monotonic() < end:
+                    try:
+                        q = ctx.recv()
+                    except pynng.Timeout:
+                        continue
+                    if q == b"done":
+                        stop.set()
+                        ctx.send(b"ok")
+                        break
+                    ctx.send(q)
+                    counts[i] += 1
+
+            threads = [threading.Thread(target=loop, args=(i,), daemon=True)
+                       for i in range(concurrency)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(duration + 40)
+            served = sum(counts)
+    return {"served": served}
+
+
+def call(system: str, host: str, concurrency: int, duration: float, size: int,
+         ordered: bool = False) -> dict[str, Any]:
+    """Keep ``concurrency`` requests in flight for ``duration`` seconds; time each."""
+    pad = b"x" * max(0, size - HDR.size)
+    lat: list[float] = []
+    clock = time.perf_counter
+    if system == "a3m":
+        import a3m
+
+        with a3m.Node("rpc-client", bind="0.0.0.0:0") as node:
+            node.associate("rpc-server", (host, PORT))
+            d = node.socket(a3m.DEALER, "rpc", ordered=ordered)
+            d.link(("rpc-server", "rpc"))
+            if not d.wait_linked(timeout=30):
+                raise RuntimeError("no link to the server")
+            t0 = clock()
+            for i in range(concurrency):
+                d.send(HDR.pack(i, clock()) + pad, timeout=30)
+            n = concurrency
+            while clock() - t0 < duration:
+                r = d.recv(timeout=30)
+                lat.append(clock() - HDR.unpack_from(r)[1])
+                d.send(HDR.pack(n, clock()) + pad, timeout=30)
+                n += 1
+            elapsed = clock() - t0
+            stats = node.stats["exon"]
+            d.send(b"done", timeout=5)
+            node.flush(timeout=5)
+            extra = {k: stats[k] for k in ("retransmits", "probe_timeouts", "fast_retransmits",
+                                           "datagrams_out", "tokens_sent")}
+            extra["recovery"] = node._proto.path_stats("rpc-server")
+    elif system == "pyzmq":
+        import zmq
+
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.connect(f"tcp://{host}:{PORT}")
+        t0 = clock()
+        for i in range(concurrency):
+            s.send(HDR.pack(i, clock()) + pad)
+        n = concurrency
+        while clock() - t0 < duration:
+            r = s.recv()
+            lat.append(clock() - HDR.unpack_from(r)[1])
+            s.send(HDR.pack(n, clock()) + pad)
+            n += 1
+        elapsed = clock() - t0
+        s.send(b"done")
+        time.sleep(0.2)
+        s.close(linger=0)
+        ctx.term()
+        extra = {}
+    else:
+        import pynng
+
+        with pynng.Req0(dial=f"tcp://{host}:{PORT}", recv_timeout=60_000) as s:
+            t0 = clock()
+            lock = threading.Lock()
+
+            def loop() -> None:
+                ctx = s.new_context()
+                mine = []
+                while clock() - t0 < duration:
+                    t = clock()
+                    ctx.send(HDR.pack(0, t) + pad)
+                    ctx.recv()
+                    mine.append(clock() - t)
+                with lock:
+                    lat.extend(mine)
+
+            threads = [threading.Thread(target=loop, daemon=True) for _ in range(concurrency)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(duration + 120)
+            elapsed = clock() - t0
+            ctx = s.new_context()
+            ctx.send(b"done")
+        extra = {}
+    lat.sort()
+    n = len(lat)
+
+    def pct(p: float) -> float:
+        return round(lat[min(n - 1, int(p * n))] * 1e3, 3) if n else 0.0
+
+    return {"round_trips": n, "rt_per_s": round(n / elapsed, 1), "p50_ms": pct(0.5),
+            "p99_ms": pct(0.99), "max_ms": round(lat[-1] * 1e3, 2) if n else 0.0, **extra}
+
+
+def pull(system: str, host: str, messages: int) -> dict[str, Any]:
+    """Receive ``messages``; report the rate from the first to the last."""
+    clock = time.perf_counter
+    got = 0
+    t0 = 0.0
+    if system == "a3m":
+        import a3m
+
+        with a3m.Node("stream-sink", bind=f"{host}:{PORT}") as node:
+            sock = node.socket(a3m.PULL, "in")
+            _ready()
+            sock.recv(timeout=60)
+            t0, got = clock(), 1
+            while got < messages:
+                sock.recv(timeout=60)
+                got += 1
+            extra = {"datagrams_in": node.stats["exon"]["datagrams_in"]}
+    elif system == "pyzmq":
+        import zmq
+
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.PULL)
+        s.bind(f"tcp://{host}:{PORT}")
+        _ready()
+        s.recv()
+        t0, got = clock(), 1
+        while got < messages:
+            s.recv()
+            got += 1
+        s.close(linger=0)
+        ctx.term()
+        extra = {}
+    else:
+        import pynng
+
+        with pynng.Pull0(listen=f"tcp://{host}:{PORT}") as s:
+            _ready()
+            s.recv()
+            t0, got = clock(), 1
+            while got < messages:
+                s.recv()
+                got += 1
+        extra = {}
+    elapsed = clock() - t0
+    return {"received": got, "msgs_per_s": round((got - 1) / elapsed) if elapsed else 0,
+            **extra}
+
+
+def push(system: str, host: str, messages: int, size: int) -> dict[str, Any]:
+    data = b"s" * size
+    if system == "a3m":
+        import a3m
+
+        with a3m.Node("stream-source", bind="0.0.0.0:0") as node:
+            node.associate("stream-sink", (host, PORT))
+            sock = node.socket(a3m.PUSH, "out")
+            sock.link(("stream-sink", "in"))
+            if not sock.wait_linked(timeout=30):
+                raise RuntimeError("no link to the sink")
+            for _ in range(messages):
+                sock.send(data, timeout=60)
+            node.flush(timeout=120)
+            st = node.stats["exon"]
+            return {"messages_per_datagram": round(st["tokens_sent"] / max(1, st["datagrams_out"]),
+                                                   2),
+                    "retransmits": st["retransmits"]}
+    if system == "pyzmq":
+        import zmq
+
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.PUSH)
+        s.connect(f"tcp://{host}:{PORT}")
+        for _ in range(messages):
+            s.send(data)
+        s.close(linger=-1)
+        ctx.term()
+        return {}
+    import pynng
+
+    with pynng.Push0(dial=f"tcp://{host}:{PORT}") as s:
+        for _ in range(messages):
+            s.send(data)
+        time.sleep(1.0)  # NNG has no linger: let the last messages leave
+    return {}
+
+
+def _worker(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="a3m.benchmarks.emulated")
+    p.add_argument("role", choices=("serve", "call", "push", "pull"))
+    p.add_argument("system", choices=SYSTEMS)
+    p.add_argument("host")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--cpu", type=int, default=-1)
+    p.add_argument("--ordered", action="store_true")
+    a = p.parse_args(argv)
+    _pin(a.cpu)
+    try:
+        if a.role == "serve":
+            out = serve(a.system, a.host, a.concurrency, a.duration, a.ordered)
+        elif a.role == "call":
+            out = call(a.system, a.host, a.concurrency, a.duration, a.size, a.ordered)
+        elif a.role == "pull":
+            out = pull(a.system, a.host, a.messages)
+        else:
+            out = push(a.system, a.host, a.messages, a.size)
+    except Exception as exc:  # reported, not raised: the driver shows it beside the others
+        out = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(out), flush=True)
+
+
+# ---------------------------------------------------------------------- driver
+
+
+def available() -> list[str]:
+    """The systems installed here (A3M always)."""
+    out = ["a3m"]
+    for name, mod in (("pyzmq", "zmq"), ("pynng", "pynng")):
+        try:
+            __import__(mod)
+            out.append(name)
+        except ImportError:
+            pass
+    return out
+
+
+def open_path(loss_pct: float, delay_ms: float, jitter_ms: float, rate_mbit: float,
+              seed: int, kind: str = "auto") -> NetPath | LossyLoopback:
+    """The path to measure on: the lossy loopback namespace for ``delay 0`` when nft is
+    there (``kind`` "auto" or "loopback"), else the TUN emulator."""
+    if kind == "loopback" or (kind == "auto" and delay_ms == 0 and jitter_ms == 0
+                              and rate_mbit == 0 and nft_unavailable() is None):
+        return LossyLoopback(loss_pct)
+    return NetPath(Impairment(delay_ms=delay_ms, jitter_ms=jitter_ms, loss=loss_pct / 100,
+                              rate_mbit=rate_mbit), seed=seed)
+
+
+def _pair(path: NetPath | LossyLoopback, server: list[str], client: list[str],
+          timeout: float) -> dict[str, Any]:
+    me = [sys.executable, "-m", "a3m.benchmarks.emulated"]
+    srv = path.popen("b", me + server, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True)
+    try:
+        assert srv.stdout is not None
+        line = srv.stdout.readline()
+        if not line.startswith("READY"):
+            err = srv.stderr.read() if srv.stderr else ""
+            return {"error": f"server did not start: {line.strip()} {err[-300:]}"}
+        cli = subprocess.run(path.argv("a", me + client), capture_output=True, text=True,
+                             timeout=timeout)
+        try:
+            result: dict[str, Any] = json.loads(cli.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"error": f"client failed: {cli.stderr[-300:]}"}
+        try:
+            out, _ = srv.communicate(timeout=40)
+            last = out.strip().splitlines()[-1] if out.strip() else "{}"
+            result["server"] = json.loads(last)
+        except (subprocess.TimeoutExpired, ValueError):
+            pass
+        return result
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
+
+
+def require_root() -> None:
+    why = unavailable()
+    if why is not None:
+        raise NetemUnavailable(why)
+
+
+def run_rpc(losses: list[float], delay_ms: float = 0.0, jitter_ms: float = 0.0,
+            rate_mbit: float = 0.0, concurrency: int = 1, duration: float = 10.0,
+            size: int = 64, systems: list[str] | None = None, seed: int = 1,
+            ordered: bool = False, progress: Callable[[str], None] = lambda s: None
+            ) -> dict[str, Any]:
+    """Round trips over the emulated path, for each loss rate and system. A3M's DEALER and
+    ROUTER keep per-link order only with ``ordered`` (concurrent independent requests need
+    none, and order would hold every later reply behind a lost one, as TCP does)."""
+    require_root()
+    systems = systems or available()
+    flags = ["--ordered"] if ordered else []
+    rows = []
+    for loss in losses:
+        for system in systems:
+            path = open_path(loss, delay_ms, jitter_ms, rate_mbit, seed)
+            with path:
+                progress(f"rpc {system} loss {loss} % delay {delay_ms} ms x{concurrency}")
+                r = _pair(path, ["serve", system, path.addr_b, "--concurrency",
+                                 str(concurrency), "--duration", str(duration), "--cpu", "0",
+                                 *flags],
+                          ["call", system, path.addr_b, "--concurrency", str(concurrency),
+                           "--duration", str(duration), "--size", str(size), "--cpu", "1",
+                           *flags], timeout=duration + 180)
+            r.update(system=system, loss_pct=loss, path=path.describe(),
+                     path_stats=path.stats)
+            rows.append(r)
+            progress(f"  -> {r.get('rt_per_s', r.get('error'))} rt/s, p99 {r.get('p99_ms')} ms")
+    return {"workload": "rpc", "delay_ms": delay_ms, "jitter_ms": jitter_ms,
+            "rate_mbit": rate_mbit, "concurrency": concurrency, "duration_s": duration,
+            "size": size, "a3m_ordered": ordered, "results": rows}
+
+
+def run_stream(losses: list[float], delay_ms: float = 0.0, rate_mbit: float = 0.0,
+               messages: int = 100_000, size: int = 64, systems: list[str] | None = None,
+               seed: int = 1, progress: Callable[[str], None] = lambda s: None
+               ) -> dict[str, Any]:
+    """One-way messages over the emulated path, for each loss rate and system."""
+    require_root()
+    systems = systems or available()
+    rows = []
+    for loss in losses:
+        for system in systems:
+            path = open_path(loss, delay_ms, 0.0, rate_mbit, seed)
+            with path:
+                progress(f"pushpull {system} loss {loss} % delay {delay_ms} ms")
+                r = _pair(path, ["pull", system, path.addr_b, "--messages", str(messages),
+                                 "--cpu", "0"],
+                          ["push", system, path.addr_b, "--messages", str(messages),
+                           "--size", str(size), "--cpu", "1"], timeout=600)
+                srv = r.pop("server", {})
+                r = {**srv, "sender": r}
+            r.update(system=system, loss_pct=loss, path=path.describe())
+            rows.append(r)
+            progress(f"  -> {r.get('msgs_per_s', r.get('error'))} msg/s")
+    return {"workload": "pushpull-emulated", "delay_ms": delay_ms, "rate_mbit": rate_mbit,
+            "messages": messages, "size": size, "results": rows}
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    """Round trips/s (or messages/s) and p99 against loss, one line per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["results"]
+    systems = sorted({r["system"] for r in rows}, key=SYSTEMS.index)
+    rpc = result["workload"] == "rpc"
+    fig, axes = plt.subplots(1, 2 if rpc else 1, figsize=(10 if rpc else 5.5, 4), squeeze=False)
+    metric = "rt_per_s" if rpc else "msgs_per_s"
+    for system in systems:
+        mine = sorted((r for r in rows if r["system"] == system and metric in r),
+                      key=lambda r: r["loss_pct"])
+        xs = [r["loss_pct"] for r in mine]
+        axes[0][0].plot(xs, [r[metric] for r in mine], marker="o", label=system)
+        if rpc:
+            axes[0][1].plot(xs, [r["p99_ms"] for r in mine], marker="o", label=system)
+    title = (f"delay {result['delay_ms']} ms each way"
+             + (f", {result['rate_mbit']} Mbit/s" if result.get("rate_mbit") else "")
+             + (f", {result['concurrency']} in flight" if rpc else ""))
+    axes[0][0].set(xlabel="loss %", ylabel="round trips/s" if rpc else "messages/s",
+                   yscale="log", title=title)
+    if rpc:
+        axes[0][1].set(xlabel="loss %", ylabel="p99 ms", yscale="log", title="p99 latency")
+    for ax in axes[0]:
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1:])
