@@ -14,6 +14,14 @@ def test_help_lists_commands() -> None:
         assert name in out
 
 
+def test_version() -> None:
+    from importlib.metadata import version
+
+    out = subprocess.run([sys.executable, "-m", "a3m", "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == f"a3m {version('a3m')}"
+
+
 def test_bench_placement_pins_each_side() -> None:
     """``spread`` puts the two benchmark processes on two CPUs, ``shared`` on one."""
     import os

@@ -15,10 +15,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's own when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("a3m")
+    except PackageNotFoundError:
+        from a3m import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="a3m", description="A3M: brokerless messaging, exactly once over UDP."
     )
+    parser.add_argument("--version", action="version", version=f"a3m {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (modname, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
