@@ -1,4 +1,5 @@
-"""The ``a3m`` command: one module per subcommand, each with ``add_arguments`` and ``run``."""
+"""The ``a3m`` command: one module per subcommand, each with ``add_arguments`` and ``run``
+(or ``add_<name>_arguments`` and ``run_<name>`` when a module serves several)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("a3m.cli.demo", "the main job: producers -> lossy network -> Spark, then the audit"),
-    "bench": ("a3m.cli.bench", "throughput / latency benchmarks beside raw UDP, pyzmq, pynng"),
-    "chaos": ("a3m.cli.chaos", "a workload through the fault-injecting relay, checked exactly-once"),
-    "audit": ("a3m.cli.audit", "Spark job over delivery journals: lost, duplicated, phantoms"),
+    "demo": ("a3m.cli.demo", "the main job: producers -> lossy network -> Spark, then the "
+             "audit; writes a report (a3m-demo/report.html)"),
+    "bench": ("a3m.cli.bench", "throughput / latency of A3M beside raw UDP, pyzmq and pynng in "
+              "the same run (loopback, or an emulated lossy path: rpc)"),
+    "chaos": ("a3m.cli.chaos", "a workload through the fault-injecting relay, checked "
+              "exactly-once: sent, delivered, duplicates, lost, phantoms"),
+    "audit": ("a3m.cli.audit", "Spark job over delivery journals: lost, duplicated, phantom "
+              "messages per link, latency; JSON and a report"),
+    "send": ("a3m.cli.cat", "send messages from arguments, a file or stdin through a socket "
+             "(PUSH, PUB, REQ, ...); replies to stdout"),
+    "recv": ("a3m.cli.cat", "print the messages a socket receives (PULL, SUB, REP, ...) to "
+             "stdout, raw, quoted or as JSON lines"),
 }
 
 
@@ -40,8 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError as exc:  # a command whose module is not built yet
             p.set_defaults(_missing=str(exc))
             continue
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        if hasattr(mod, f"run_{name}"):
+            getattr(mod, f"add_{name}_arguments")(p)
+            p.set_defaults(_run=getattr(mod, f"run_{name}"))
+        else:
+            mod.add_arguments(p)
+            p.set_defaults(_run=mod.run)
     return parser
 
 

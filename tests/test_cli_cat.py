@@ -1,0 +1,81 @@
+"""``a3m send`` / ``a3m recv`` between real processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+A3M = [sys.executable, "-m", "a3m.cli.main"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def receiver(*args: str) -> subprocess.Popen[str]:
+    p = subprocess.Popen([*A3M, "recv", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stderr is not None
+    assert "[a3m] node" in p.stderr.readline()  # bound and ready
+    return p
+
+
+def send(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*A3M, "send", *args], input=stdin, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_push_lines_of_stdin_to_a_pull_that_prints_json_lines() -> None:
+    port = free_port()
+    rx = receiver("--node", "sink", "--bind", f"127.0.0.1:{port}", "--tag", "in", "--format",
+                  "json", "--count", "3", "--timeout", "30")
+    r = send("--node", "src", "--peer", f"sink=127.0.0.1:{port}", "--link", "sink/in",
+             stdin="hello\nworld\nthird line\n")
+    assert r.returncode == 0, r.stderr
+    out, _ = rx.communicate(timeout=30)
+    assert rx.returncode == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [row["payload"] for row in rows] == ["hello", "world", "third line"]
+    assert {row["source"] for row in rows} == {"src/cat"}
+
+
+def test_req_gets_each_reply_from_a_rep_that_answers() -> None:
+    port = free_port()
+    rx = receiver("--type", "REP", "--node", "srv", "--bind", f"127.0.0.1:{port}", "--tag",
+                  "rpc", "--echo", "--count", "2", "--timeout", "30")
+    r = send("--type", "REQ", "--peer", f"srv=127.0.0.1:{port}", "--link", "srv/rpc",
+             "--data", "one", "--data", "tw\to", "--format", "quoted")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["one", "tw\\to"]  # quoted: one line per message
+    out, _ = rx.communicate(timeout=30)
+    assert out.splitlines() == ["one", "tw\to"]  # raw
+
+
+def test_pub_on_a_topic_reaches_a_subscriber_of_it() -> None:
+    port = free_port()
+    rx = receiver("--type", "SUB", "--node", "sub", "--bind", f"127.0.0.1:{port}", "--tag",
+                  "news", "--topic", "sport", "--format", "json", "--count", "2",
+                  "--timeout", "30")
+    r = send("--type", "PUB", "--peer", f"sub=127.0.0.1:{port}", "--link", "sub/news",
+             "--topic", "sport", "--data", "goal", "--data", "match over")
+    assert r.returncode == 0, r.stderr
+    out, _ = rx.communicate(timeout=30)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(row["topic"], row["payload"]) for row in rows] == [("sport", "goal"),
+                                                                ("sport", "match over")]
+
+
+def test_mistakes_are_said_plainly() -> None:
+    r = send("--peer", "nonsense", "--link", "x/y", "--data", "a")
+    assert r.returncode == 2 and "NODE=HOST:PORT" in r.stderr
+    t0 = time.monotonic()
+    r = send("--peer", f"nobody=127.0.0.1:{free_port()}", "--link", "nobody/in",
+             "--link-timeout", "1", "--data", "a")
+    assert r.returncode == 1 and "no link" in r.stderr and time.monotonic() - t0 < 30
+    r = subprocess.run([*A3M, "recv", "--echo"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "REP, ROUTER or RESPONDENT" in r.stderr
