@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             for topic in [t for t in args.topics.split(",") if t] or [""]:
                 sock.subscribe(topic)
         info = {"pid": os.getpid(), "node": node.id, "address": list(node.address),
-                "socket": args.socket, "started": time.time()}
+                "socket": args.socket, "started": time.time(),
+                "config": {"node": args.node, "bind": args.bind, "socket": args.socket,
+                           "type": args.type, "topics": args.topics}}
         tmp = spool.dir / f".{INFO}.tmp"
         tmp.write_text(json.dumps(info))
         os.replace(tmp, spool.dir / INFO)
@@ -157,14 +159,28 @@ def _drain(spool: Spool, sock: Any, limit: int) -> None:
 
 # ---------------------------------------------------------------------- control from outside
 
+class CollectorMismatch(RuntimeError):
+    """The spool is served by a collector started with other options."""
+
+
 def ensure_running(spool_dir: str | os.PathLike[str], cmd_args: list[str],
-                   wait_s: float = 30.0) -> dict[str, Any]:
-    """Start a collector for ``spool_dir`` unless one runs; wait until it is up; its info."""
+                   wait_s: float = 30.0, config: dict[str, str] | None = None
+                   ) -> dict[str, Any]:
+    """Start a collector for ``spool_dir`` unless one runs; wait until it is up; its info.
+    With ``config``, a running collector must have been started with exactly those options
+    (node, bind, socket, type, topics): else :class:`CollectorMismatch`, never a silent
+    attach to a node the producers were not told about."""
     d = Path(spool_dir)
     d.mkdir(parents=True, exist_ok=True)
     _touch(d / HEARTBEAT)
     info = running(d)
     if info is not None:
+        theirs = info.get("config")
+        if config is not None and theirs != config:
+            raise CollectorMismatch(
+                f"the spool {d} is served by a collector started with {theirs}; this query "
+                f"asks for {config}. Give each source its own spool (or stop that collector: "
+                f"a3m.spark.collector.stop({str(d)!r})).")
         return info
     with open(d / LOG, "ab") as log:
         subprocess.Popen(

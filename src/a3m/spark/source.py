@@ -6,7 +6,10 @@ Options (keys are case-insensitive):
   producers must know it, so give a fixed port); ``socket``: the socket's tag (``events``).
 - ``type``: ``PULL`` (default) or ``SUB`` with ``topics`` (comma-separated prefixes).
 - ``spool``: the directory where received messages are made durable (default
-  ``<tmp>/a3m-spool/<node>-<socket>``); keep it beside the query's checkpoint.
+  ``<tmp>/a3m-spool/<node>-<socket>-<digest of node, bind, socket, type, topics>``, so sources
+  configured differently never share one); keep it beside the query's checkpoint. One
+  collector serves a spool: a query whose options differ from the running collector's is
+  refused with an error that says so.
 - ``maxRowsPerBatch``: most rows per micro-batch (default 100000).
 - ``journal``: a delivery-journal directory for the node (``a3m audit`` reads it).
 - ``maxPending``: rows spooled but not committed before the node stops taking messages
@@ -20,11 +23,14 @@ How it stays exactly-once: the node lives in a collector process (:mod:`a3m.spar
 that outlives query runs and spools each message durably before it leaves the node's memory.
 Offsets are spool indexes: ``latestOffset`` reports only what is on disk, a replayed batch
 reads the same rows again from the spool, and ``commit`` deletes what Spark will never ask
-for again. See ``docs/pipeline.md`` for the crash model.
+for again. A new query (no checkpoint: Spark asks for ``initialOffset``) starts at the end of
+what is on disk: rows spooled for another query are never its rows. See ``docs/pipeline.md``
+for the crash model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tempfile
@@ -84,11 +90,21 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             raise ValueError("the a3m source's type is PULL or SUB")
         self.topics = _opt(options, "topics", "") or ""
         self.spool_dir = _opt(options, "spool") or os.path.join(
-            tempfile.gettempdir(), "a3m-spool", f"{node}-{self.socket}")
+            tempfile.gettempdir(), "a3m-spool",
+            f"{node}-{self.socket}-{self._digest()}")
         self.max_rows = int(_opt(options, "maxRowsPerBatch", "100000") or 100000)
         self.journal = _opt(options, "journal")
         self.max_pending = int(_opt(options, "maxPending", "200000") or 200000)
         self.idle_timeout = float(_opt(options, "idleTimeout", "120") or 120)
+
+    def config(self) -> dict[str, str]:
+        """What the collector must serve for this source (compared with a running one's)."""
+        return {"node": self.node, "bind": self.bind, "socket": self.socket,
+                "type": self.kind, "topics": self.topics}
+
+    def _digest(self) -> str:
+        text = "\0".join(f"{k}={v}" for k, v in sorted(self.config().items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     # The collector is started lazily, from the process where Spark runs these methods.
     def _ensure(self) -> Any:
@@ -101,11 +117,13 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 "--idle-timeout", str(self.idle_timeout)]
         if self.journal:
             args += ["--journal", self.journal]
-        collector.ensure_running(self.spool_dir, args)
+        collector.ensure_running(self.spool_dir, args, config=self.config())
         return Spool(self.spool_dir)
 
     def initialOffset(self) -> dict[str, int]:
-        return {"offset": self._ensure().start()}
+        """Only a query without a checkpoint asks: it starts at the end of what is on disk
+        (what is there was spooled for another query, which may come back for it)."""
+        return {"offset": self._ensure().durable_end()}
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None
                      ) -> dict[str, int]:
