@@ -17,7 +17,8 @@ N = 20_000
 
 
 def stream(loss: float, capacity_max: int = 16384, seed: int = 5) -> float:
-    """Messages per second of virtual time, first delivery to last; checks exactly once."""
+    """Messages per second of virtual time, first delivery to last; checks exactly once, and
+    that retransmissions answer losses: the receiver sees few copies it already had."""
     net = Network(seed, LinkModel(loss=loss, delay_s=RTT_S / 2, jitter_s=0.0))
     rng = Random(seed)
     cfg = ExonConfig(loopback_datagram_size=0)
@@ -47,6 +48,10 @@ def stream(loss: float, capacity_max: int = 16384, seed: int = 5) -> float:
     net.flush("a")
     net.run_until(lambda: len(got) >= N, max_time=120, what="stream")
     assert got == [b"%063d" % i for i in range(N)]  # exactly once, in order
+    # A lost ACK is repeated by the next one, so a token is rarely sent again needlessly
+    # (before: 85 k duplicates for 30 k messages at 5 % loss; lost ACKs above a gap were
+    # never repeated).
+    assert h["b"].proto.stats.duplicates < 0.02 * N, h["b"].proto.stats.duplicates
     SIMULATED["messages"] += N
     SIMULATED["runs"] += 1
     return N / (net.now - first[0])

@@ -69,9 +69,7 @@ def serve(system: str, host: str, concurrency: int, duration: float, ordered: bo
                 try:
                     m = router.recv_msg(timeout=1.0)
                 except a3m.Timeout:
-                    if served:
-                        break
-                    continue
+                    continue  # a long stall under loss: the client says "done" when it is
                 if m.payload == b"done":
                     break
                 router.send(m.payload, to=m.source, timeout=10)
@@ -89,9 +87,7 @@ def serve(system: str, host: str, concurrency: int, duration: float, ordered: bo
             try:
                 ident, payload = s.recv_multipart()
             except zmq.Again:
-                if served:
-                    break
-                continue
+                continue  # a long stall under loss: the client says "done" when it is
             if payload == b"done":
                 break
             s.send_multipart([ident, payload])
@@ -166,6 +162,7 @@ def call(system: str, host: str, concurrency: int, duration: float, size: int,
 
         ctx = zmq.Context()
         s = ctx.socket(zmq.DEALER)
+        s.RCVTIMEO = 120_000  # a reply missing for 2 minutes ends the run with an error
         s.connect(f"tcp://{host}:{PORT}")
         t0 = clock()
         for i in range(concurrency):
@@ -235,7 +232,8 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
             while got < messages:
                 sock.recv(timeout=60)
                 got += 1
-            extra = {"datagrams_in": node.stats["exon"]["datagrams_in"]}
+            st = node.stats["exon"]
+            extra = {k: st[k] for k in ("datagrams_in", "duplicates", "datagrams_out")}
     elif system == "pyzmq":
         import zmq
 
@@ -284,7 +282,10 @@ def push(system: str, host: str, messages: int, size: int) -> dict[str, Any]:
             st = node.stats["exon"]
             return {"messages_per_datagram": round(st["tokens_sent"] / max(1, st["datagrams_out"]),
                                                    2),
-                    "retransmits": st["retransmits"]}
+                    **{k: st[k] for k in ("retransmits", "fast_retransmits", "probe_timeouts",
+                                          "congestion_events", "datagrams_out",
+                                          "datagrams_in")},
+                    "recovery": node._proto.path_stats("stream-sink")}
     if system == "pyzmq":
         import zmq
 
@@ -369,8 +370,11 @@ def _pair(path: NetPath | LossyLoopback, server: list[str], client: list[str],
         if not line.startswith("READY"):
             err = srv.stderr.read() if srv.stderr else ""
             return {"error": f"server did not start: {line.strip()} {err[-300:]}"}
-        cli = subprocess.run(path.argv("a", me + client), capture_output=True, text=True,
-                             timeout=timeout)
+        try:
+            cli = subprocess.run(path.argv("a", me + client), capture_output=True, text=True,
+                                 timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"the client did not finish in {timeout:.0f} s"}
         try:
             result: dict[str, Any] = json.loads(cli.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -445,7 +449,8 @@ def run_stream(losses: list[float], delay_ms: float = 0.0, rate_mbit: float = 0.
                            "--size", str(size), "--cpu", "1"], timeout=600)
                 srv = r.pop("server", {})
                 r = {**srv, "sender": r}
-            r.update(system=system, loss_pct=loss, path=path.describe())
+            r.update(system=system, loss_pct=loss, path=path.describe(),
+                     path_stats=path.stats)
             rows.append(r)
             progress(f"  -> {r.get('msgs_per_s', r.get('error'))} msg/s")
     return {"workload": "pushpull-emulated", "delay_ms": delay_ms, "rate_mbit": rate_mbit,

@@ -162,9 +162,17 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
                 if rr is not None and rr.rck == r and rr.low <= s < rr.sck and s not in rr.dead:
                     if s == rr.low and not rr.dead:
                         rr.low = s + 1  # in-order arrival: the common case, inlined
+                        if s >= rr.high:
+                            rr.high = s + 1
                     else:
                         rr.consume(s)
-                        self._ack_now = True  # a gap, or one filled: the sender is recovering
+                        if s != rr.high:
+                            # It opens a gap (above the highest received) or fills one
+                            # (below it): the sender is recovering, ACK at once (QUIC's
+                            # rule; a token in order above an older gap waits as usual).
+                            self._ack_now = True
+                        if s >= rr.high:
+                            rr.high = s + 1
                     if flags & _FLAG_RETRANSMIT:
                         self._ack_now = True  # its first copy was taken for lost
                     rr.last_active = now

@@ -20,6 +20,10 @@ from a3m.exon.state import (
     ProtocolState,
 )
 
+#: ACKs repeat the slots consumed within this many below the highest received (so a lost ACK
+#: is repeated by the next ones; see ``_reack_ranges``).
+REACK_SPAN = 1024
+
 
 class ReceiverPart(ProtocolState):
     """Receiving from peers: the receive records and the ACKs they owe."""
@@ -213,18 +217,25 @@ class ReceiverPart(ProtocolState):
 
     @staticmethod
     def _reack_ranges(rr: RecvRecord, slots: list[int]) -> list[tuple[int, int]]:
-        """The ranges of an ACK for record ``rr``: the slots just consumed, and again what the
-        last two ACKs covered below ``low`` (every slot below ``low`` was delivered, released
-        or never granted: a sender holds no undelivered token there) and, when few, the
-        consumed slots above it. An ACK lost with the reply it rode on is then repeated by
-        the next one, instead of its tokens being taken for lost and sent again."""
+        """The ranges of an ACK for record ``rr``: the slots just consumed, and again every
+        slot consumed within ``REACK_SPAN`` below the highest received: below ``low`` as one
+        range (every slot below ``low`` was delivered, released or never granted: a sender
+        holds no undelivered token there), above it the consumed slots one by one. An ACK
+        lost (alone, or with the reply it rode on) is repeated by the next ones, instead of
+        its tokens being taken for lost and sent again. Measured, one-way stream at 5 % loss
+        with ~600 tokens in flight: without the repeat above ``low``, 85 k needless
+        retransmissions for 30 k messages; repeating only the previous flush's slots was not
+        enough (two lost ACKs in a row, then an avalanche of tiny flushes). The sender skips
+        repeated slots below its lowest token at no cost."""
         low = rr.low
-        extra = [s for s in slots if s >= low or s < rr.reack_prev]
-        if len(rr.dead) <= 256:
-            extra.extend(rr.dead)
+        floor = max(rr.high - REACK_SPAN, rr.first)
+        extra = [s for s in slots if s >= low or s < floor]
+        dead = rr.dead
+        if dead:
+            extra.extend(x for x in range(max(low, floor), rr.high) if x in dead)
         ranges = wire.to_ranges(extra)
-        if rr.reack_prev < low:
-            ranges.append((rr.reack_prev, low - rr.reack_prev))
+        if floor < low:
+            ranges.append((floor, low - floor))
             ranges.sort()
             merged: list[tuple[int, int]] = []
             for first, count in ranges:
@@ -234,8 +245,6 @@ class ReceiverPart(ProtocolState):
                 else:
                     merged.append((first, count))
             ranges = merged
-        rr.reack_prev = rr.reack_from
-        rr.reack_from = low
         return ranges
 
     def _void(self, src: str, r: int) -> None:

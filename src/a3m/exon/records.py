@@ -121,7 +121,8 @@ class RecvRecord:
 
     __slots__ = (
         "peer", "rck", "sck", "low", "dead", "reasm", "last_active", "probe_iv",
-        "deferred", "timer_at", "alive", "revoking", "revoke_due", "reack_prev", "reack_from",
+        "deferred", "timer_at", "alive", "revoking", "revoke_due", "first",
+        "high",
     )
 
     def __init__(self, peer: str, rck: int, start: int, now: float, probe_iv: float) -> None:
@@ -138,9 +139,9 @@ class RecvRecord:
         self.alive = True
         self.revoking = False  # the node is closing: REVOKE sent, waiting for REVOKED(r, 0)
         self.revoke_due = INF
-        #: ``low`` at the last two ACK flushes: ACKs repeat [reack_prev, low) (loss recovery).
-        self.reack_prev = start
-        self.reack_from = start
+        #: The first slot of this record's grants: ACKs repeat nothing below it.
+        self.first = start
+        self.high = start  # one past the highest slot a token arrived on
 
     def is_live(self, s: int) -> bool:
         """Whether slot ``s`` is granted and not yet consumed."""

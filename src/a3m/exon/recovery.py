@@ -12,8 +12,9 @@ argument and the constants are in ``docs/exon-wire.md`` ("Loss recovery"):
   (packet threshold), or when one sent later was acknowledged and it is older than 9/8 of
   max(srtt, latest RTT) (time threshold). Once the path shows reordering (a first
   transmission acknowledged after a later one), only the time threshold is used, as RACK
-  does (RFC 8985): on such a path the packet threshold retransmits what is merely late; and
-  each retransmission found spurious (its ACK came back sooner after it than half the minimum
+  does (RFC 8985): on such a path the packet threshold retransmits what is merely late
+  (three spurious retransmissions count as such evidence too); and each retransmission found
+  spurious (its ACK came back sooner after it than half the minimum
   RTT: it acknowledged the first copy) widens the time threshold by a quarter, up to 4x. The
   protocol scans its tokens; this object keeps the transmission sequence, the largest
   acknowledged one and the thresholds.
@@ -39,6 +40,8 @@ GRANULARITY_S = 0.001
 PACKET_THRESHOLD = 3
 #: ... or once it is this many (smoothed or latest) RTTs old and a later one is acknowledged.
 TIME_THRESHOLD = 9 / 8
+#: Spurious retransmissions taken as proof that the path reorders (packet threshold off).
+SPURIOUS_FOR_REORDERING = 3
 #: Most quarters of extra time threshold after spurious retransmissions (up to 4x).
 MAX_REORDER_QUARTERS = 12
 #: Consecutive probe timeouts without any acknowledgement taken as persistent congestion.
@@ -168,8 +171,14 @@ class PathRecovery:
         self.packet_threshold = 1 << 62
 
     def on_spurious(self) -> None:
-        """A retransmission turned out needless (the first copy, or its ACK, was only late)."""
+        """A retransmission turned out needless (the first copy was only late). A few of them
+        are evidence of reordering (RACK's use of DSACK): the packet threshold goes, since a
+        token overtaken by three later ones was re-sent before its own late copy could show
+        the reordering (an ACK lost now and then is repeated by the next ones, so it rarely
+        makes a retransmission needless)."""
         self.spurious += 1
+        if self.spurious >= SPURIOUS_FOR_REORDERING:
+            self.packet_threshold = 1 << 62
         if self.reorder_quarters < MAX_REORDER_QUARTERS:
             self.reorder_quarters += 1
 

@@ -281,8 +281,16 @@ class SenderPart(ProtocolState):
         prev_largest = path.largest_acked
         spurious = 0
         spurious_within = path.min_rtt / 2 if path.sampled else 0.0
+        lowest = next(iter(tokens), None)  # tokens are in slot order
+        if lowest is None:
+            self.stats.stale_frames += 1
+            return
         for first, count in ranges:
             end = first + count
+            if end <= lowest:
+                continue  # repeated for slots acknowledged long ago
+            if first < lowest:
+                first, count = lowest, end - lowest
             if count > 4 * len(tokens) + 8:
                 slots: Any = []  # tokens are in slot order: stop past the range
                 for x in tokens:
