@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                   "or local[*])")
     p.add_argument("--no-restart", action="store_true",
                    help="do not stop and restart the query half-way")
+    p.add_argument("--verbose", action="store_true",
+                   help="show Spark's own log (INFO and up) on the console")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -100,7 +102,9 @@ class Producers:
             node.close(timeout=10)
 
 
-def _query(spark: Any, port: int, work: Path, results: Path) -> Any:
+def _query(spark: Any, port: int, work: Path, results: Path, state: dict[str, int]) -> Any:
+    """Start the aggregation; each batch writes the result and counts it into ``state``
+    (the demo reads its progress there, never from the files a batch is rewriting)."""
     from pyspark.sql import functions as F
 
     raw = (spark.readStream.format("a3m").option("node", "collector")
@@ -118,19 +122,28 @@ def _query(spark: Any, port: int, work: Path, results: Path) -> Any:
 
     def publish(df: Any, batch_id: int) -> None:
         # complete mode: every batch carries the whole result, so overwriting is idempotent
-        df.write.mode("overwrite").parquet(str(results))
+        df = df.persist()
+        try:
+            df.write.mode("overwrite").parquet(str(results))
+            row = df.agg(F.sum("readings")).first()
+            state["counted"] = int(row[0] or 0) if row else 0
+        finally:
+            df.unpersist()
 
     return (agg.writeStream.outputMode("complete").foreachBatch(publish)
             .option("checkpointLocation", str(work / "checkpoint"))
             .trigger(processingTime="1 second").start())
 
 
-def _counted(spark: Any, results: Path) -> int:
-    try:
-        row = spark.read.parquet(str(results)).agg({"readings": "sum"}).first()
-    except Exception:
-        return 0
-    return int(row[0] or 0) if row else 0
+def _stop(query: Any, wait_s: float = 20.0) -> None:
+    """Stop the query between two triggers: stopping one mid-batch interrupts Spark's
+    threads, which log stack traces (nothing is lost either way: the checkpoint decides)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and query.isActive:
+        if not query.status.get("isTriggerActive", False):
+            break
+        time.sleep(0.05)
+    query.stop()
 
 
 def _check(spark: Any, results: Path, producers: int, sent: list[int]) -> dict[str, Any]:
@@ -237,7 +250,9 @@ def run(args: argparse.Namespace) -> int:
     console.print("[bold]a3m demo[/bold]: starting Spark ...")
     spark = get_or_create(args.master, app_name="a3m-demo",
                           conf={"spark.sql.shuffle.partitions": "2",
-                                "spark.ui.enabled": "false"})
+                                "spark.ui.enabled": "false"},
+                          log_level="INFO" if args.verbose else "ERROR")
+    state = {"counted": 0}
     spark_start_s = time.monotonic() - t_start
     port = _free_udp_port()
     restarts = 0
@@ -247,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
     query = None
     try:
         t_q = time.monotonic()
-        query = _query(spark, port, work, results)
+        query = _query(spark, port, work, results, state)
         producers = Producers(args.producers, args.readings, args.rate,
                               relay.front("collector"), work / "journals")
         with Progress(TextColumn("{task.description:<22}"), BarColumn(),
@@ -260,15 +275,15 @@ def run(args: argparse.Namespace) -> int:
             counted = 0
             while time.monotonic() < deadline:
                 sent = producers.total_sent
-                counted = _counted(spark, results)
+                counted = state["counted"]
                 bar.update(t_sent, completed=sent)
                 bar.update(t_count, completed=counted)
                 if (not args.no_restart and restarts == 0 and sent >= total // 2
                         and counted > 0):
                     bar.console.log("stopping the query and restarting it from its "
                                     "checkpoint (the producers keep sending)")
-                    query.stop()
-                    query = _query(spark, port, work, results)
+                    _stop(query)
+                    query = _query(spark, port, work, results, state)
                     restarts += 1
                 if producers.errors or (sent >= total and counted >= total):
                     break
@@ -277,12 +292,12 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(0.5)
             producers.finish(timeout=60)
             query.processAllAvailable()
-            counted = _counted(spark, results)
+            counted = state["counted"]
             bar.update(t_count, completed=counted)
         query_s = time.monotonic() - t_q
     finally:
         if query is not None:
-            query.stop()
+            _stop(query)
         collector.stop(work / "spool")  # closes the node: its journal is flushed
         if producers is not None:
             producers.close()
