@@ -216,6 +216,16 @@ def call(system: str, host: str, concurrency: int, duration: float, size: int,
             "p99_ms": pct(0.99), "max_ms": round(lat[-1] * 1e3, 2) if n else 0.0, **extra}
 
 
+def _count(recv: Callable[[], Any], messages: int) -> tuple[float, int]:
+    """Receive ``messages``; (time of the first, how many)."""
+    recv()
+    t0, got = time.perf_counter(), 1
+    while got < messages:
+        recv()
+        got += 1
+    return t0, got
+
+
 def pull(system: str, host: str, messages: int) -> dict[str, Any]:
     """Receive ``messages``; report the rate from the first to the last."""
     clock = time.perf_counter
@@ -241,11 +251,7 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
         s = ctx.socket(zmq.PULL)
         s.bind(f"tcp://{host}:{PORT}")
         _ready()
-        s.recv()
-        t0, got = clock(), 1
-        while got < messages:
-            s.recv()
-            got += 1
+        t0, got = _count(s.recv, messages)
         s.close(linger=0)
         ctx.term()
         extra = {}
@@ -254,11 +260,7 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
 
         with pynng.Pull0(listen=f"tcp://{host}:{PORT}") as s:
             _ready()
-            s.recv()
-            t0, got = clock(), 1
-            while got < messages:
-                s.recv()
-                got += 1
+            t0, got = _count(s.recv, messages)
         extra = {}
     elapsed = clock() - t0
     return {"received": got, "msgs_per_s": round((got - 1) / elapsed) if elapsed else 0,

@@ -111,6 +111,17 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
     return node, sock
 
 
+def _open_or_say(args: argparse.Namespace, command: str) -> tuple[Any, Any] | None:
+    """:func:`_open`, or None after saying why not (a misuse: exit status 2)."""
+    import a3m
+
+    try:
+        return _open(args)
+    except a3m.A3MError as exc:
+        print(f"a3m {command}: {exc}", file=sys.stderr)
+        return None
+
+
 def _show(out: TextIO, fmt: str, msg: Any) -> None:
     payload: bytes = msg.payload
     if fmt == "raw":
@@ -147,11 +158,10 @@ def _messages(args: argparse.Namespace) -> Iterator[bytes]:
 def run_send(args: argparse.Namespace) -> int:
     import a3m
 
-    try:
-        node, sock = _open(args)
-    except a3m.A3MError as exc:
-        print(f"a3m send: {exc}", file=sys.stderr)
+    opened = _open_or_say(args, "send")
+    if opened is None:
         return 2
+    node, sock = opened
     sent = 0
     try:
         if args.link and not sock.wait_linked(timeout=args.link_timeout):
@@ -192,11 +202,10 @@ def run_recv(args: argparse.Namespace) -> int:
         print(f"a3m recv: --reply/--echo need a REP, ROUTER or RESPONDENT, not {args.type}",
               file=sys.stderr)
         return 2
-    try:
-        node, sock = _open(args)
-    except a3m.A3MError as exc:
-        print(f"a3m recv: {exc}", file=sys.stderr)
+    opened = _open_or_say(args, "recv")
+    if opened is None:
         return 2
+    node, sock = opened
     got = 0
     try:
         while not args.count or got < args.count:
