@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from a3m.errors import Timeout, UsageError, WouldBlock
@@ -146,6 +146,31 @@ class Socket:
     async def send(self, data: bytes, timeout: float | None = None, **kw: Any) -> None:
         await self.node._retry(lambda: self.sync.send(data, timeout=0, **kw), timeout,
                                f"send on {self.id.tag!r}")
+
+    async def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
+                        **kw: Any) -> int:
+        """As :meth:`a3m.Socket.send_many`: how many were sent (all, unless the timeout
+        passed after some went); raises when none could be."""
+        items = list(messages)
+        sent = 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while sent < len(items):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            rest = items[sent:]
+            try:
+                sent += await self.node._retry(
+                    lambda rest=rest: self.sync.send_many(rest, timeout=0, **kw), left,
+                    f"send_many on {self.id.tag!r}")
+            except (Timeout, WouldBlock):
+                if sent:
+                    return sent
+                raise
+        return sent
+
+    async def recv_many(self, max_items: int, timeout: float | None = None) -> list[bytes]:
+        """As :meth:`a3m.Socket.recv_many`."""
+        return await self.node._retry(lambda: self.sync.recv_many(max_items, timeout=0),
+                                      timeout, f"recv_many on {self.id.tag!r}")
 
     async def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         return await self.node._retry(lambda: self.sync.recv_msg(timeout=0), timeout,

@@ -16,7 +16,7 @@ def _net(check: bool) -> dict[str, Any]:
 
 
 def pull_receiver(ready: Any, results: Any, messages: int, size: int, check: bool = False,
-                  **_: Any) -> None:
+                  batch: int = 0, **_: Any) -> None:
     import a3m
 
     try:
@@ -30,15 +30,18 @@ def pull_receiver(ready: Any, results: Any, messages: int, size: int, check: boo
             first_t = 0.0
             got = 0
             while got < messages:
-                payload = pull.recv(timeout=600)
+                # with ``batch``, recv_many: up to that many at a time (the batch API)
+                payloads = (pull.recv_many(batch, timeout=600) if batch
+                            else [pull.recv(timeout=600)])
                 if not first_t:
                     first_t = time.perf_counter()
-                got += 1
+                got += len(payloads)
                 if check:
-                    n = SEQ.unpack_from(payload)[0]
-                    seen[n] = seen.get(n, 0) + 1
-                    in_order = in_order and n == last + 1
-                    last = n
+                    for payload in payloads:
+                        n = SEQ.unpack_from(payload)[0]
+                        seen[n] = seen.get(n, 0) + 1
+                        in_order = in_order and n == last + 1
+                        last = n
             last_t = time.perf_counter()
             extra = 0
             if check:
@@ -67,7 +70,7 @@ def pull_receiver(ready: Any, results: Any, messages: int, size: int, check: boo
 
 
 def push_sender(address: Any, results: Any, messages: int, size: int, check: bool = False,
-                **_: Any) -> None:
+                batch: int = 0, **_: Any) -> None:
     import a3m
 
     try:
@@ -79,8 +82,15 @@ def push_sender(address: Any, results: Any, messages: int, size: int, check: boo
                 raise RuntimeError("could not link to bench-rx/sink")
             pad = b"p" * max(0, size - SEQ.size)
             t0 = time.perf_counter()
-            for i in range(messages):
-                push.send(SEQ.pack(i) + pad, timeout=120)
+            if batch:  # send_many: ``batch`` messages per call (the batch API)
+                for i in range(0, messages, batch):
+                    chunk = [SEQ.pack(j) + pad for j in range(i, min(messages, i + batch))]
+                    done = 0
+                    while done < len(chunk):
+                        done += push.send_many(chunk[done:], timeout=120)
+            else:
+                for i in range(messages):
+                    push.send(SEQ.pack(i) + pad, timeout=120)
             clean = push.close(timeout=120)
             el = time.perf_counter() - t0
             stats = node.stats

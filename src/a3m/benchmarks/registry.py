@@ -45,15 +45,20 @@ def machine() -> dict[str, Any]:
 
 
 def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _: None,
-              baselines: bool = True, placement: str = "free") -> dict[str, Any]:
-    """Measure one workload and, in the same run and placement, its baselines."""
+              baselines: bool = True, placement: str = "free", batch: int = 0
+              ) -> dict[str, Any]:
+    """Measure one workload and, in the same run and placement, its baselines. ``batch``
+    (pushpull): A3M sends and receives that many messages per call (send_many, recv_many);
+    the baselines send one at a time as always."""
     wl = WORKLOADS[name]
-    params = {"messages": messages, "size": size}
+    params: dict[str, Any] = {"messages": messages, "size": size}
+    if batch:
+        params["batch"] = batch
     t0 = time.perf_counter()
     progress(f"{name}: A3M, {messages} x {size} B, placement {placement}")
     rx, tx = run_pair(wl.receiver, wl.sender, params, placement=placement)
     result: dict[str, Any] = {"workload": name, "size": size, "messages": messages,
-                              "placement": placement}
+                              "placement": placement, "batch": batch}
     if wl.metric == "latency":  # the client (sender role) measured the round trips
         result.update({k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "max_us",
                                           "round_trips")})

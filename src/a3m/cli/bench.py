@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
     p.add_argument("--messages", type=int, default=200_000, help="messages (default 200000)")
     p.add_argument("--no-baselines", action="store_true", help="measure A3M only")
+    p.add_argument("--batch", type=int, default=0, metavar="N",
+                   help="pushpull: A3M sends and receives N messages per call (send_many, "
+                        "recv_many); the baselines still one at a time")
     p.add_argument("--placement", choices=("spread", "shared", "free"), default="spread",
                    help="where the two processes run, the same for every system: spread "
                         "(default: receiver on one CPU, sender on another, like two hosts), "
@@ -93,8 +96,13 @@ def run(args: argparse.Namespace) -> int:
     def progress(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
+    if args.batch and args.workload != "pushpull":
+        return _error("--batch applies to pushpull only")
+    if args.batch < 0:
+        return _error("--batch must be >= 1")
     result = run_bench(args.workload, args.size, args.messages, progress,
-                       baselines=not args.no_baselines, placement=args.placement)
+                       baselines=not args.no_baselines, placement=args.placement,
+                       batch=args.batch)
     text = json.dumps(result, indent=None if args.json else 2)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

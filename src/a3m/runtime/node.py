@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from random import Random
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -74,6 +74,12 @@ def _check_timeout(timeout: float | None) -> None:
 def _deadline(timeout: float | None) -> float | None:
     _check_timeout(timeout)
     return None if timeout is None else time.monotonic() + timeout
+
+
+def _as_bytes(data: Any) -> bytes:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise UsageError("send takes bytes")
+    return bytes(data)
 
 
 def _time_left(timeout: float | None, deadline: float, now: float, would_block: str,
@@ -331,9 +337,7 @@ class Socket:
 
         ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`)."""
         if type(data) is not bytes:
-            if not isinstance(data, (bytes, bytearray, memoryview)):
-                raise UsageError("send takes bytes")
-            data = bytes(data)
+            data = _as_bytes(data)
         _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
@@ -352,6 +356,80 @@ class Socket:
                 refusal = core.fatal_refusal()
                 if refusal is not None and not core.links:
                     raise LinkRefused(REASONS.get(refusal, hex(refusal)))
+                drv.wait(left)
+
+    def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
+                  **kw: Any) -> int:
+        """Send ``messages`` in order, exactly once each, as a loop of :meth:`send` would, but
+        taking the node's lock and handing work to the transport once per batch the links
+        accept instead of once per message.
+
+        Returns how many were sent: all of them, unless ``timeout`` passed after some went
+        (the rest were not sent; send them again). Raises as :meth:`send` does when none
+        could be sent (``WouldBlock`` for ``timeout=0``, ``Timeout``)."""
+        items = [m if type(m) is bytes else _as_bytes(m) for m in messages]
+        _check_timeout(timeout)
+        drv = self.node._driver
+        core = self._core
+        try_send = core.try_send
+        n = len(items)
+        sent = 0
+        deadline = -1.0
+        with drv.lock:
+            while sent < n:
+                self._check_open()
+                now = time.monotonic()
+                core.node.now = now
+                before = sent
+                while sent < n and try_send(items[sent], **kw):
+                    sent += 1
+                if sent > before:
+                    self.node._after_call()
+                    continue  # acknowledgements may have come in meanwhile: try again
+                try:
+                    deadline, left = _time_left(
+                        timeout, deadline, now,
+                        f"{self.kind} socket {self.id.tag!r} cannot send now",
+                        f"send_many on {self.id.tag!r}")
+                except (WouldBlock, Timeout):
+                    if sent:
+                        return sent
+                    raise
+                refusal = core.fatal_refusal()
+                if refusal is not None and not core.links:
+                    raise LinkRefused(REASONS.get(refusal, hex(refusal)))
+                drv.wait(left)
+        return sent
+
+    def recv_many(self, max_items: int, timeout: float | None = None) -> list[bytes]:
+        """Up to ``max_items`` payloads, in order, exactly once: waits (as :meth:`recv`)
+        for the first, then takes what is already there, under one lock and with one credit
+        hand-off for the lot. Raises as :meth:`recv` when nothing came in time."""
+        if not isinstance(max_items, int) or max_items < 1:
+            raise UsageError("recv_many needs max_items >= 1")
+        _check_timeout(timeout)
+        drv = self.node._driver
+        core = self._core
+        deadline = -1.0
+        with drv.lock:
+            while True:
+                now = time.monotonic()
+                core.node.now = now
+                got = core.try_recv()
+                if got is not None:
+                    out = [got.payload]
+                    try_recv = core.try_recv
+                    while len(out) < max_items:
+                        more = try_recv()
+                        if more is None:
+                            break
+                        out.append(more.payload)
+                    self.node._after_call()
+                    return out
+                self._check_open()
+                deadline, left = _time_left(timeout, deadline, now,
+                                            f"nothing to receive on {self.id.tag!r}",
+                                            f"recv_many on {self.id.tag!r}")
                 drv.wait(left)
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:

@@ -1,0 +1,91 @@
+"""The batch API: ``send_many`` and ``recv_many`` (and their asyncio forms) deliver exactly
+once and in order, like loops of ``send``/``recv``; they say how many went when the windows
+stop them, and raise as ``send``/``recv`` do when nothing could be done."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+import a3m
+import a3m.aio
+
+
+def pair(capacity: int = 256) -> tuple[a3m.Node, a3m.Node, a3m.Socket, a3m.Socket]:
+    a, b = a3m.Node("batch-a"), a3m.Node("batch-b")
+    a.associate(b.id, b.address)
+    pull = b.socket(a3m.PULL, "in", capacity=capacity, capacity_max=0)
+    push = a.socket(a3m.PUSH, "out")
+    push.link((b.id, "in"))
+    assert push.wait_linked(timeout=5)
+    return a, b, push, pull
+
+
+def test_a_stream_of_batches_arrives_once_in_order() -> None:
+    a, b, push, pull = pair()
+    try:
+        msgs = [b"m%d" % i for i in range(20_000)]
+        got: list[bytes] = []
+
+        def reader() -> None:
+            while len(got) < len(msgs):
+                got.extend(pull.recv_many(500, timeout=30))
+
+        t = threading.Thread(target=reader)
+        t.start()
+        for i in range(0, len(msgs), 1000):
+            assert push.send_many(msgs[i:i + 1000], timeout=30) == 1000
+        t.join(60)
+        assert got == msgs
+        with pytest.raises(a3m.Timeout):
+            pull.recv_many(10, timeout=0.2)  # nothing more: no duplicate
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_the_windows_stop_a_batch_and_it_says_how_far_it_went() -> None:
+    a, b, push, pull = pair(capacity=16)
+    try:
+        assert push.send_many([b"x%d" % i for i in range(100)], timeout=1.0) == 16
+        with pytest.raises(a3m.WouldBlock):  # no credit left: nothing could go
+            push.send_many([b"y"], timeout=0)
+        first = pull.recv_many(5, timeout=5)
+        assert 1 <= len(first) <= 5 and first == [b"x%d" % i for i in range(len(first))]
+        rest = pull.recv_many(100, timeout=5)
+        while len(first) + len(rest) < 16:
+            rest += pull.recv_many(100, timeout=5)
+        assert first + rest == [b"x%d" % i for i in range(16)]
+        with pytest.raises(a3m.UsageError):
+            pull.recv_many(0)
+        with pytest.raises(a3m.UsageError):
+            push.send_many(["not bytes"])  # type: ignore[list-item]
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_the_asyncio_forms() -> None:
+    async def main() -> list[bytes]:
+        async with a3m.aio.Node("aio-batch-a") as a, a3m.aio.Node("aio-batch-b") as b:
+            a.associate(b.id, b.address)
+            pull = b.socket(a3m.PULL, "in")
+            push = a.socket(a3m.PUSH, "out")
+            push.link((b.id, "in"))
+            assert await push.wait_linked(timeout=5)
+            got: list[bytes] = []
+
+            async def read() -> None:
+                while len(got) < 3000:
+                    got.extend(await pull.recv_many(256, timeout=10))
+
+            sent, _ = await asyncio.gather(
+                push.send_many([b"%d" % i for i in range(3000)], timeout=30), read())
+            assert sent == 3000
+            with pytest.raises(a3m.Timeout):
+                await pull.recv_many(1, timeout=0.2)
+            return got
+
+    assert asyncio.run(main()) == [b"%d" % i for i in range(3000)]
