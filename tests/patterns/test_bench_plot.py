@@ -140,9 +140,10 @@ def test_cli_measure_then_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     calls: list[tuple[str, int, int]] = []
 
     def fake_run_bench(name: str, size: int, messages: int, progress: Any,
-                       baselines: bool = True, placement: str = "free") -> dict[str, Any]:
+                       baselines: bool = True, placement: str = "free", batch: int = 0
+                       ) -> dict[str, Any]:
         calls.append((name, size, messages))
-        assert placement == "spread"  # the CLI's default
+        assert placement == "spread" and batch == 0  # the CLI's defaults
         return latency(size=size, messages=messages, round_trips=messages)
 
     monkeypatch.setattr(registry, "run_bench", fake_run_bench)
