@@ -407,41 +407,21 @@ class Socket:
         hand-off for the lot. Raises as :meth:`recv` when nothing came in time."""
         if not isinstance(max_items, int) or max_items < 1:
             raise UsageError("recv_many needs max_items >= 1")
-        _check_timeout(timeout)
-        drv = self.node._driver
-        core = self._core
-        deadline = -1.0
-        with drv.lock:
-            while True:
-                now = time.monotonic()
-                core.node.now = now
-                got = core.try_recv()
-                if got is not None:
-                    out = [got.payload]
-                    try_recv = core.try_recv
-                    while len(out) < max_items:
-                        more = try_recv()
-                        if more is None:
-                            break
-                        out.append(more.payload)
-                    self.node._after_call()
-                    return out
-                self._check_open()
-                deadline, left = _time_left(timeout, deadline, now,
-                                            f"nothing to receive on {self.id.tag!r}",
-                                            f"recv_many on {self.id.tag!r}")
-                drv.wait(left)
+        return [got.payload for got in self._recv(timeout, max_items, "recv_many")]
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
-        got = self._recv(timeout)
+        got = self._recv(timeout)[0]
         return ReceivedMessage(got.payload, SocketId(*got.source), got.topic)
 
     def recv(self, timeout: float | None = None) -> bytes:
         """The next message's payload."""
-        return self._recv(timeout).payload
+        return self._recv(timeout)[0].payload
 
-    def _recv(self, timeout: float | None) -> Received:
+    def _recv(self, timeout: float | None, max_items: int = 1, what: str = "recv"
+              ) -> list[Received]:
+        """Wait for a message, then take up to ``max_items`` already there (one credit
+        hand-off for the lot)."""
         _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
@@ -452,12 +432,15 @@ class Socket:
                 core.node.now = now
                 got = core.try_recv()
                 if got is not None:
+                    out = [got]
+                    while len(out) < max_items and (got := core.try_recv()) is not None:
+                        out.append(got)
                     self.node._after_call()
-                    return got
+                    return out
                 self._check_open()
                 deadline, left = _time_left(timeout, deadline, now,
                                             f"nothing to receive on {self.id.tag!r}",
-                                            f"recv on {self.id.tag!r}")
+                                            f"{what} on {self.id.tag!r}")
                 drv.wait(left)
 
     def subscribe(self, topic: bytes | str) -> None:
