@@ -126,6 +126,23 @@ def serve(system: str, host: str, concurrency: int, duration: float, ordered: bo
     return {"served": served}
 
 
+def _in_flight(send: Callable[[bytes], Any], recv: Callable[[], bytes], concurrency: int,
+               duration: float, pad: bytes, lat: list[float]) -> float:
+    """Keep ``concurrency`` requests in flight over one asynchronous socket (each reply sends
+    the next request) for ``duration`` seconds; latencies into ``lat``; the time it took."""
+    clock = time.perf_counter
+    t0 = clock()
+    for i in range(concurrency):
+        send(HDR.pack(i, clock()) + pad)
+    n = concurrency
+    while clock() - t0 < duration:
+        sent_at = HDR.unpack_from(recv())[1]  # (before the clock is read)
+        lat.append(clock() - sent_at)
+        send(HDR.pack(n, clock()) + pad)
+        n += 1
+    return clock() - t0
+
+
 def call(system: str, host: str, concurrency: int, duration: float, size: int,
          ordered: bool = False) -> dict[str, Any]:
     """Keep ``concurrency`` requests in flight for ``duration`` seconds; time each."""
@@ -141,16 +158,8 @@ def call(system: str, host: str, concurrency: int, duration: float, size: int,
             d.link(("rpc-server", "rpc"))
             if not d.wait_linked(timeout=30):
                 raise RuntimeError("no link to the server")
-            t0 = clock()
-            for i in range(concurrency):
-                d.send(HDR.pack(i, clock()) + pad, timeout=30)
-            n = concurrency
-            while clock() - t0 < duration:
-                r = d.recv(timeout=30)
-                lat.append(clock() - HDR.unpack_from(r)[1])
-                d.send(HDR.pack(n, clock()) + pad, timeout=30)
-                n += 1
-            elapsed = clock() - t0
+            elapsed = _in_flight(lambda m: d.send(m, timeout=30), lambda: d.recv(timeout=30),
+                                 concurrency, duration, pad, lat)
             stats = node.stats["exon"]
             d.send(b"done", timeout=5)
             node.flush(timeout=5)
@@ -164,16 +173,7 @@ def call(system: str, host: str, concurrency: int, duration: float, size: int,
         s = ctx.socket(zmq.DEALER)
         s.RCVTIMEO = 120_000  # a reply missing for 2 minutes ends the run with an error
         s.connect(f"tcp://{host}:{PORT}")
-        t0 = clock()
-        for i in range(concurrency):
-            s.send(HDR.pack(i, clock()) + pad)
-        n = concurrency
-        while clock() - t0 < duration:
-            r = s.recv()
-            lat.append(clock() - HDR.unpack_from(r)[1])
-            s.send(HDR.pack(n, clock()) + pad)
-            n += 1
-        elapsed = clock() - t0
+        elapsed = _in_flight(s.send, s.recv, concurrency, duration, pad, lat)
         s.send(b"done")
         time.sleep(0.2)
         s.close(linger=0)

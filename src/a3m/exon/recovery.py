@@ -62,9 +62,10 @@ LOSS_TOLERANCE = 0.15
 class PathRecovery:
     """RTT, probe timeout, loss thresholds and congestion window of the path to one peer.
 
-    Inputs: :meth:`on_rtt_sample`, :meth:`on_sent_bytes` / :meth:`on_removed_bytes` (bytes in
-    flight), :meth:`on_acked`, :meth:`on_lost`, :meth:`on_pto`, :meth:`on_progress`; the
-    protocol asks :attr:`pto` (with back-off), :meth:`loss_delay`, :meth:`can_send`.
+    Inputs: :meth:`on_rtt_sample`, :meth:`on_acked`, :meth:`on_lost`, :meth:`on_pto`,
+    :meth:`on_progress`, :meth:`on_removed_bytes`; the sender adds to :attr:`inflight` itself
+    as it sends (the hot path) and compares it with :attr:`cwnd`; it asks :attr:`pto` (with
+    back-off) and :meth:`loss_delay`.
     """
 
     __slots__ = (
@@ -192,13 +193,6 @@ class PathRecovery:
 
     # ------------------------------------------------------------------ congestion
 
-    def can_send(self) -> bool:
-        """Whether the window admits another token (one may overshoot it by a frame)."""
-        return self.inflight < self.cwnd
-
-    def on_sent_bytes(self, nbytes: int) -> None:
-        self.inflight += nbytes
-
     def on_removed_bytes(self, nbytes: int) -> None:
         """Tokens left flight without an acknowledgement (voided, abandoned, dropped)."""
         self.inflight -= nbytes
@@ -240,11 +234,6 @@ class PathRecovery:
     def on_lost(self, nbytes: int) -> None:
         """``nbytes`` of tokens were declared lost (they are sent again at once)."""
         self.round_lost += nbytes
-
-    def bdp_bytes(self) -> float:
-        """The bandwidth-delay product as measured (0 before any estimate)."""
-        rtt = self.srtt if self.sampled else 0.0
-        return self.bw * rtt
 
     def snapshot(self) -> dict[str, float]:
         """Diagnostics (seconds, bytes, bytes/s)."""

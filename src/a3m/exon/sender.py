@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from a3m.errors import Closed, MessageTooLarge, UsageError, WouldBlock
@@ -383,22 +384,8 @@ class SenderPart(ProtocolState):
                 loss_time = t
         rec.loss_time = loss_time
         if lost:
-            lost_bytes = 0
-            seq = path.seq
-            emit = self._emit
-            peer = rec.peer
-            for s in lost:
-                frame, r, meta, _, tx, _ = tokens[s]
-                lost_bytes += len(frame)
-                frame = _RETRANSMIT(frame)
-                seq += 1
-                tokens[s] = (frame, r, meta, now, tx + 1, seq)
-                emit(peer, frame)
-            path.seq = seq
-            n = len(lost)
-            self.stats.retransmits += n
-            self.stats.fast_retransmits += n
-            path.on_lost(lost_bytes)
+            self.stats.fast_retransmits += len(lost)
+            path.on_lost(self._resend(rec, lost, now))
             rec.last_sent = now
             self._schedule(rec, now + path.pto)
         if loss_time < rec.timer_at:
@@ -456,26 +443,32 @@ class SenderPart(ProtocolState):
         self.stats.probe_timeouts += 1
         if path.on_pto():
             self.stats.congestion_events += 1
-        tokens = rec.tokens
-        if tokens:
-            seq = path.seq
-            probes = []
-            for s in tokens:
-                probes.append(s)
-                if len(probes) >= PROBE_TOKENS:
-                    break
-            for s in probes:
-                frame, r, meta, _, tx, _ = tokens[s]
-                frame = _RETRANSMIT(frame)
-                seq += 1
-                tokens[s] = (frame, r, meta, now, tx + 1, seq)
-                self._emit(rec.peer, frame)
-            path.seq = seq
-            self.stats.retransmits += len(probes)
+        if rec.tokens:
+            self._resend(rec, list(itertools.islice(rec.tokens, PROBE_TOKENS)), now)
         if rec.req_out:
             self.stats.reqslots_retransmits += 1
             self._request_slots(rec, now)
         rec.last_sent = now
+
+    def _resend(self, rec: SendRecord, slots: list[int], now: float) -> int:
+        """Send the tokens of ``slots`` again, flagged RETRANSMIT, each with the next
+        transmission number; returns their bytes."""
+        tokens = rec.tokens
+        path = rec.path
+        seq = path.seq
+        emit = self._emit
+        peer = rec.peer
+        nbytes = 0
+        for s in slots:
+            frame, r, meta, _, tx, _ = tokens[s]
+            nbytes += len(frame)
+            frame = _RETRANSMIT(frame)
+            seq += 1
+            tokens[s] = (frame, r, meta, now, tx + 1, seq)
+            emit(peer, frame)
+        path.seq = seq
+        self.stats.retransmits += len(slots)
+        return nbytes
 
     def _release(self, rec: SendRecord, now: float) -> None:
         """Discard an idle send record, giving back every slot it holds or asked for."""
