@@ -22,7 +22,7 @@ class DelayedNet:
                  config: ExonConfig | None = None) -> None:
         self.now = 0.0
         self.one_way_s = one_way_s
-        self.nodes = {i: ExonProtocol(i, config or ExonConfig(), Random(1)) for i in ids}
+        self.nodes = {i: ExonProtocol(i, config or ExonConfig(secure=False), Random(1)) for i in ids}
         for i, p in self.nodes.items():
             for j in ids:
                 if j != i:

@@ -19,7 +19,7 @@ class Pair:
         self.now = 0.0
         self.stores = stores if stores is not None else {i: MemoryClockStore() for i in ids}
         self.nodes: dict[str, ExonProtocol] = {}
-        self.config = config or ExonConfig()
+        self.config = config or ExonConfig(secure=False)
         for i in ids:
             self.start(i)
         self.events: dict[str, list[Event]] = {i: [] for i in ids}

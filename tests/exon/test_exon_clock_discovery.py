@@ -56,7 +56,7 @@ def test_protocol_restart_from_file_clock_starts_above_all_used(tmp_path: Path) 
         p.nodes["a"].send("b", b"x", p.now)
     p.transfer()
     used = p.nodes["a"]._sr["b"].req_end
-    restarted = ExonProtocol("a", clock_store=FileClockStore(path))
+    restarted = ExonProtocol("a", ExonConfig(secure=False), clock_store=FileClockStore(path))
     assert restarted.clock >= used
 
 
@@ -90,7 +90,7 @@ def test_protocol_asks_the_resolver_on_a_miss() -> None:
         asked.append(node)
         return "addr-b" if node == "b" else None
 
-    a = ExonProtocol("a", resolver=resolver)
+    a = ExonProtocol("a", ExonConfig(secure=False), resolver=resolver)
     a.send("b", b"hello", 0.0)
     a.send("c", b"nowhere", 0.0)
     out = a.datagrams_to_send(0.0)
@@ -105,4 +105,4 @@ def test_config_from_options() -> None:
     with pytest.raises(UsageError, match="unknown Exon option"):
         ExonConfig.from_options({"windw": 1})
     with pytest.raises(UsageError):
-        ExonConfig(rto_initial_s=5.0)  # above rto_max_s
+        ExonConfig(secure=False, rto_initial_s=5.0)  # above rto_max_s

@@ -56,7 +56,7 @@ def test_f1_lost_release_next_message_delivered_and_receipt_means_delivery() -> 
 
 
 def test_f2_large_payloads_fragment_and_hostile_fragments_are_dropped() -> None:
-    p = Pair("a", "b", config=ExonConfig(max_message_size=1 << 20))
+    p = Pair("a", "b", config=ExonConfig(secure=False, max_message_size=1 << 20))
     payload = bytes(range(256)) * 400  # 100 KiB, far above one datagram
     p.nodes["a"].send("b", payload, p.now)
     p.transfer()
@@ -68,7 +68,7 @@ def test_f2_large_payloads_fragment_and_hostile_fragments_are_dropped() -> None:
 
 
 def test_f3_window_enforced_from_the_first_send() -> None:
-    p = Pair("a", "b", config=ExonConfig(window_per_peer=5, window_global=8))
+    p = Pair("a", "b", config=ExonConfig(secure=False, window_per_peer=5, window_global=8))
     a = p.nodes["a"]
     for i in range(5):
         a.send("b", b"%d" % i, p.now)  # the record is created synchronously by the first
@@ -88,7 +88,7 @@ def test_f3_window_enforced_from_the_first_send() -> None:
 
 
 def test_f4_blocked_sender_survives_record_discard() -> None:
-    p = Pair("a", "b", config=ExonConfig(window_per_peer=3))
+    p = Pair("a", "b", config=ExonConfig(secure=False, window_per_peer=3))
     a = p.nodes["a"]
     for i in range(3):
         a.send("b", b"%d" % i, p.now)
@@ -288,7 +288,7 @@ def test_no_duplicate_under_replay_of_everything() -> None:
 
 
 def test_receiver_that_stops_reading_bounds_memory_and_sender_stalls() -> None:
-    cfg = ExonConfig(recv_buffer_bytes=10_000, window_per_peer=4096, window_global=4096,
+    cfg = ExonConfig(secure=False, recv_buffer_bytes=10_000, window_per_peer=4096, window_global=4096,
                      slots_ahead=64, max_live_slots=256)
     p = Pair("a", "b", config=cfg)
     b = p.nodes["b"]
@@ -320,7 +320,7 @@ def test_receiver_that_stops_reading_bounds_memory_and_sender_stalls() -> None:
 
 
 def test_dst_mismatch_and_self_forgery_are_counted() -> None:
-    b = ExonProtocol("b")
+    b = ExonProtocol("b", ExonConfig(secure=False))
     b.receive_datagram(wire.encode_header("a", "zz") + wire.encode_slots(1, 1, 1), "x", 0.0)
     b.receive_datagram(wire.encode_header("b", "b") + wire.encode_slots(1, 1, 1), "x", 0.0)
     assert b.stats.wrong_dst == 1 and b.stats.from_self == 1

@@ -92,7 +92,7 @@ def test_the_last_ack_of_the_first_closer_is_lost_the_peer_still_closes() -> Non
     empty), so a's close does not wait for b. Then b closes: its token is still unacknowledged.
     The lingering a ACKs the retransmission (its slot was consumed: delivered), and b's close
     completes (before: b retransmitted into a closed port, for ever)."""
-    cfg = ExonConfig(slots_ahead=1, max_live_slots=1)
+    cfg = ExonConfig(secure=False, slots_ahead=1, max_live_slots=1)
     p = Pair("a", "b", config=cfg)
     a, b = p.nodes["a"], p.nodes["b"]
     a.send("b", b"ping", p.now)
@@ -114,7 +114,7 @@ def test_the_last_ack_of_the_first_closer_is_lost_the_peer_still_closes() -> Non
 
 
 def test_the_linger_ends_by_itself() -> None:
-    cfg = ExonConfig()
+    cfg = ExonConfig(secure=False)
     p = Pair("a", "b", config=cfg)
     two_way(p)
     a = p.nodes["a"]
@@ -126,7 +126,7 @@ def test_the_linger_ends_by_itself() -> None:
 
 
 def test_no_linger_when_configured_off() -> None:
-    p = Pair("a", "b", config=ExonConfig(close_linger_rtos=0))
+    p = Pair("a", "b", config=ExonConfig(secure=False, close_linger_rtos=0))
     two_way(p)
     a = p.nodes["a"]
     a.close(p.now)
@@ -140,7 +140,7 @@ def test_a_token_for_an_abandoned_revocation_gets_void_never_an_ack() -> None:
     slot still live. When b's retransmission then arrives (a still closing, or lingering), an
     ACK would be a silent loss (the token was never delivered, and never will be): a answers
     VOID and b reports the message as of unknown outcome."""
-    p = Pair("a", "b", config=ExonConfig(close_revoke_timeout_s=1.0))
+    p = Pair("a", "b", config=ExonConfig(secure=False, close_revoke_timeout_s=1.0))
     a, b = p.nodes["a"], p.nodes["b"]
     b.send("a", b"warm", p.now)  # b takes envelopes of a's record
     a.send("b", b"ping", p.now)

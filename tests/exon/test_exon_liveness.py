@@ -29,7 +29,7 @@ from a3m.exon.events import Event
 
 from .pair import Pair
 
-CFG = ExonConfig(peer_timeout_s=6.0)  # rto_max_s 2.0
+CFG = ExonConfig(secure=False, peer_timeout_s=6.0)  # rto_max_s 2.0
 
 
 class Cut:
@@ -125,7 +125,7 @@ def test_a_slow_reader_is_never_reported() -> None:
     """b's application reads nothing for two minutes: its buffer fills and it defers the
     grants a's queued messages wait for. It answers each deferred request with a probe, so a
     hears it is alive (before, a heard nothing at all and reported it)."""
-    cfg = ExonConfig(peer_timeout_s=6.0, slots_ahead=4, max_live_slots=8, recv_buffer_bytes=1000)
+    cfg = ExonConfig(secure=False, peer_timeout_s=6.0, slots_ahead=4, max_live_slots=8, recv_buffer_bytes=1000)
     p = Pair("a", "b", config=cfg)
     b = p.nodes["b"]
     b.consumed = lambda nbytes: None  # type: ignore[method-assign]  # b reads nothing
@@ -146,7 +146,7 @@ def test_a_slow_reader_is_never_reported() -> None:
 
 
 def test_zero_means_never() -> None:
-    p, cut = cut_pair(ExonConfig(peer_timeout_s=0))
+    p, cut = cut_pair(ExonConfig(secure=False, peer_timeout_s=0))
     cut.on = True
     p.nodes["a"].send("b", b"x", p.now)
     p.transfer()
@@ -157,12 +157,12 @@ def test_zero_means_never() -> None:
 @pytest.mark.parametrize("value", [-1.0, 0.5, 1.99, math.nan])
 def test_config_rejects_a_timeout_below_rto_max(value: float) -> None:
     with pytest.raises(UsageError, match="peer_timeout_s"):
-        ExonConfig(peer_timeout_s=value)
+        ExonConfig(secure=False, peer_timeout_s=value)
 
 
 def test_config_accepts_zero_and_long_timeouts() -> None:
     for value in (0.0, 2.0, 15.0, math.inf):
-        assert ExonConfig(peer_timeout_s=value).peer_timeout_s == value
+        assert ExonConfig(secure=False, peer_timeout_s=value).peer_timeout_s == value
 
 
 def test_reported_again_after_being_heard_and_silent_again() -> None:
@@ -188,7 +188,7 @@ def test_abandon_reports_each_message_once_and_never_sends_it_again() -> None:
     """In flight -> OutcomeUnknown; queued without a slot, or fragmented with fragments never
     sent -> NotDelivered (and indeed never delivered, even after the partition heals); the
     window is free again; later messages go on fresh slots, exactly once."""
-    cfg = ExonConfig(peer_timeout_s=6.0, slots_ahead=4, max_live_slots=8,
+    cfg = ExonConfig(secure=False, peer_timeout_s=6.0, slots_ahead=4, max_live_slots=8,
                      max_datagram_size=1400)
     p, cut = cut_pair(cfg)
     a = p.nodes["a"]
@@ -234,7 +234,7 @@ def test_abandon_reports_each_message_once_and_never_sends_it_again() -> None:
 def test_a_partial_message_given_up_is_forgotten_by_the_receiver() -> None:
     """Only the first fragment of a message reached b before a gave it up: b's partial
     reassembly can never complete; when it learns a's l it forgets it (and its record)."""
-    cfg = ExonConfig(peer_timeout_s=6.0, slots_ahead=4, max_live_slots=8)
+    cfg = ExonConfig(secure=False, peer_timeout_s=6.0, slots_ahead=4, max_live_slots=8)
     p = Pair("a", "b", config=cfg)
     a, b = p.nodes["a"], p.nodes["b"]
     a.send("b", b"warm", p.now)
@@ -333,7 +333,7 @@ def test_close_does_not_wait_for_the_revocation_of_an_unreachable_sender() -> No
     """b sent to a (a holds a receive record for it) and then went silent while a waited on
     it: a's close gives up b's revocation at once (not after close_revoke_timeout_s); a token
     b sends later on its old envelopes gets VOID: reported by b, never lost silently."""
-    p, cut = cut_pair(ExonConfig(peer_timeout_s=6.0, idle_release_s=60.0))  # b keeps them
+    p, cut = cut_pair(ExonConfig(secure=False, peer_timeout_s=6.0, idle_release_s=60.0))  # b keeps them
     a, b = p.nodes["a"], p.nodes["b"]
     b.send("a", b"from b", p.now)
     a.send("b", b"from a", p.now)
@@ -352,7 +352,7 @@ def test_close_does_not_wait_for_the_revocation_of_an_unreachable_sender() -> No
 
 
 def test_close_with_a_silent_peer_and_no_timeout_waits_as_before() -> None:
-    p, cut = cut_pair(ExonConfig(peer_timeout_s=0))
+    p, cut = cut_pair(ExonConfig(secure=False, peer_timeout_s=0))
     a = p.nodes["a"]
     cut.on = True
     a.send("b", b"x", p.now)
@@ -364,5 +364,5 @@ def test_close_with_a_silent_peer_and_no_timeout_waits_as_before() -> None:
 def test_events_are_plain_values() -> None:
     assert PeerUnreachable("b", 6.0) == PeerUnreachable("b", 6.0)
     assert NotDelivered("b", b"x", None) != OutcomeUnknown("b", b"x", None)
-    assert isinstance(ExonProtocol("z").unreachable_peers(), list)
+    assert isinstance(ExonProtocol("z", ExonConfig(secure=False)).unreachable_peers(), list)
     assert Delivered("a", b"") == Delivered("a", b"")

@@ -89,7 +89,7 @@ def test_self_send_bypasses_network() -> None:
 
 
 def test_message_too_large_and_closed() -> None:
-    p = Pair("a", "b", config=ExonConfig(max_message_size=1000))
+    p = Pair("a", "b", config=ExonConfig(secure=False, max_message_size=1000))
     with pytest.raises(MessageTooLarge):
         p.nodes["a"].send("b", b"x" * 1001, p.now)
     p.nodes["a"].close(p.now)
@@ -98,7 +98,7 @@ def test_message_too_large_and_closed() -> None:
 
 
 def test_window_full_raises_would_block_then_reopens() -> None:
-    p = Pair("a", "b", config=ExonConfig(window_per_peer=10, window_global=100))
+    p = Pair("a", "b", config=ExonConfig(secure=False, window_per_peer=10, window_global=100))
     a = p.nodes["a"]
     for i in range(10):
         a.send("b", b"%d" % i, p.now)
@@ -140,7 +140,7 @@ def test_address_change_mid_stream_is_learnt_from_traffic() -> None:
     """b moves from address 'b@1' to 'b@2' while a streams to it: nothing lost or doubled."""
     from a3m.exon import ExonProtocol
 
-    a, b = ExonProtocol("a"), ExonProtocol("b")
+    a, b = ExonProtocol("a", ExonConfig(secure=False)), ExonProtocol("b", ExonConfig(secure=False))
     a.associate("b", "b@1")
     b_addr = "b@1"
     got: list[bytes] = []

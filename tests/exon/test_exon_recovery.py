@@ -19,7 +19,7 @@ RTT_S = 0.0002
 
 def rpc_net(**cfg: object) -> DelayedNet:
     """a sends requests, b answers each at once (the ACK rides with the reply)."""
-    net = DelayedNet("a", "b", one_way_s=RTT_S / 2, config=ExonConfig(**cfg))  # type: ignore[arg-type]
+    net = DelayedNet("a", "b", one_way_s=RTT_S / 2, config=ExonConfig(secure=False, **cfg))  # type: ignore[arg-type]
 
     def answer(node: str, src: str, payload: bytes, now: float) -> None:
         if node == "b" and payload.startswith(b"q"):

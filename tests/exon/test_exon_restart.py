@@ -103,7 +103,7 @@ def test_graceful_close_with_tokens_in_flight_and_more_queued() -> None:
 
 
 def test_graceful_restart_cuts_a_fragmented_message_it_is_sent_again_whole() -> None:
-    cfg = ExonConfig(slots_ahead=16, max_live_slots=16, max_datagram_size=1400)
+    cfg = ExonConfig(secure=False, slots_ahead=16, max_live_slots=16, max_datagram_size=1400)
     p = Pair("a", "b", config=cfg)
     a = p.nodes["a"]
     a.send("b", b"w", p.now)
@@ -183,7 +183,7 @@ def test_crash_restart_tokens_in_flight_each_delivered_once_or_reported() -> Non
 
 
 def test_crash_restart_cuts_a_fragmented_message_it_is_sent_again_whole() -> None:
-    cfg = ExonConfig(slots_ahead=16, max_live_slots=16)
+    cfg = ExonConfig(secure=False, slots_ahead=16, max_live_slots=16)
     p = Pair("a", "b", config=cfg)
     a = p.nodes["a"]
     big = bytes(range(256)) * 200
@@ -210,7 +210,7 @@ def test_crash_restart_cuts_a_fragmented_message_it_is_sent_again_whole() -> Non
 
 def test_voids_only_below_the_boot_clock_and_not_acked() -> None:
     store = MemoryClockStore(1000)
-    b = ExonProtocol("b", clock_store=store)
+    b = ExonProtocol("b", ExonConfig(secure=False), clock_store=store)
     assert b.boot_clock == 1000
     b.associate("a", "a")
     old = wire.encode_header("a", "b") + wire.encode_token(5, 999, b"x") + wire.encode_token(
@@ -246,7 +246,7 @@ def test_close_waits_for_revocation_and_a_silent_sender_bounds_it() -> None:
 
 
 def test_a_sender_that_never_confirms_is_given_up_then_looks_like_a_crash() -> None:
-    p = Pair("a", "b", config=ExonConfig(close_revoke_timeout_s=1.0, idle_release_s=5.0))
+    p = Pair("a", "b", config=ExonConfig(secure=False, close_revoke_timeout_s=1.0, idle_release_s=5.0))
     a = p.nodes["a"]
     a.send("b", b"x", p.now)
     p.transfer()

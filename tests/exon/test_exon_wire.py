@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from a3m.exon import ExonProtocol, wire
+from a3m.exon import ExonConfig, ExonProtocol, wire
 
 # Golden vectors: these bytes are the protocol. A change here is a wire-format change.
 GOLDEN = {
-    "header alpha->beta": (wire.encode_header("alpha", "beta"), "030005616c7068610462657461"),
+    "header alpha->beta": (wire.encode_header("alpha", "beta"), "040005616c7068610462657461"),
     "REQSLOTS s=1000 n=64 l=990 copy 2": (
         wire.encode_reqslots(1000, 64, 990, 2), "0100000000000003e80000004000000000000003de02"),
     "SLOTS s=1000 r=7 n=64 ack delay 2000 us echo 2": (
@@ -35,7 +35,7 @@ GOLDEN = {
 }
 
 DATAGRAM = bytes.fromhex(
-    "030005616c7068610462657461"
+    "040005616c7068610462657461"
     "030000000000000003e8000000000000000700026869"
     "040000000000000007000100000000000003e800000002")
 
@@ -54,7 +54,7 @@ def test_golden_datagram_decodes() -> None:
 
 # The restart frames (VOID, REVOKE, REVOKED) in one datagram, `beta` -> `alpha` (also in the doc).
 RESTART_DATAGRAM = bytes.fromhex(
-    "0300046265746105616c706861"
+    "0400046265746105616c706861"
     "050000000000000007"
     "060000000000000009"
     "07000000000000000700000000")
@@ -115,7 +115,9 @@ def test_every_truncation_of_restart_frames_is_an_error(cut: int) -> None:
 @pytest.mark.parametrize("bad, kind", [
     (b"\x01\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 1: refused
     (b"\x02\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 2: refused
-    (b"\x04\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # unknown version
+    (b"\x03\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 3: refused
+    (b"\x05\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # unknown version
+    (b"\x04\x05\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # sealed, not PLAIN
     (b"\x01\x00\x00\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # empty src id
     (wire.encode_header("a", "b") + b"\x09", "malformed"),  # unknown frame type
     (wire.encode_header("a", "b") + b"\x08" + bytes(12), "malformed"),  # the next type
@@ -144,7 +146,7 @@ def _feed_is_safe(proto: ExonProtocol, data: bytes) -> None:
 def test_fuzz_random_bytes_never_raise(data: bytes) -> None:
     with contextlib.suppress(wire.WireError):
         wire.decode_datagram(data)
-    _feed_is_safe(ExonProtocol("beta"), data)
+    _feed_is_safe(ExonProtocol("beta", ExonConfig(secure=False)), data)
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -158,7 +160,7 @@ def test_fuzz_mutated_valid_datagrams(mutations: list[tuple[int, int]], cut: int
     mutated = bytes(data[: max(cut, 1)])
     with contextlib.suppress(wire.WireError):
         wire.decode_datagram(mutated)
-    proto = ExonProtocol("beta")
+    proto = ExonProtocol("beta", ExonConfig(secure=False))
     _feed_is_safe(proto, mutated)
     st_ = proto.stats
     assert st_.delivered + st_.malformed + st_.truncated + st_.wrong_dst + st_.duplicates >= 0
@@ -173,7 +175,7 @@ def test_fuzz_mutated_valid_datagrams(mutations: list[tuple[int, int]], cut: int
     wire.encode_revoke(0), wire.encode_revoked(0, 0), wire.encode_revoked(0, 5),
 ]), min_size=1, max_size=12))
 def test_fuzz_frame_sequences_keep_state_bounded(frames: list[bytes]) -> None:
-    proto = ExonProtocol("beta")
+    proto = ExonProtocol("beta", ExonConfig(secure=False))
     data = wire.encode_header("alpha", "beta") + b"".join(frames)
     _feed_is_safe(proto, data)
     sends, recvs = proto.record_counts()
@@ -194,7 +196,7 @@ def test_fuzz_restart_frames_at_a_sender_never_lose_track(frames: list[bytes]) -
     crash, and every message stays accounted for (in flight, acknowledged or reported)."""
     from a3m.exon.events import OutcomeUnknown, ReceiptReady
 
-    proto = ExonProtocol("beta")
+    proto = ExonProtocol("beta", ExonConfig(secure=False))
     rids = [proto.send("alpha", b"m%d" % i, 0.0, receipt=True) for i in range(3)]
     rids.append(proto.send("alpha", b"L" * 5000, 0.0, receipt=True))  # fragmented
     proto.associate("alpha", ("10.0.0.9", 1))

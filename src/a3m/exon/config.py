@@ -73,6 +73,20 @@ class ExonConfig:
     #: ever. 0 = never; else at least ``rto_max_s`` (a live peer must get several
     #: retransmissions to answer: 4 x ``rto_max_s`` or more is advisable).
     peer_timeout_s: float = 15.0
+    #: Secure associations (``docs/exon-wire.md``): every datagram authenticated and encrypted
+    #: under keys from a handshake. ``False`` opts out, for trusted networks and benchmarks
+    #: only: then anyone who can send a datagram to the node can read, steal or stop its
+    #: traffic. Both ends must agree.
+    secure: bool = True
+    #: Which key may speak as a node id without a pin: ``"tofu"`` (the first key seen for it,
+    #: for this node's lifetime) or ``"strict"`` (only pinned keys).
+    trust: str = "tofu"
+    #: Handshakes per second answered at once; beyond it a HELLO is answered with an address
+    #: token (RETRY), so a flood from forged addresses costs no key exchange.
+    handshake_rate: float = 1000.0
+    #: A session's initiator starts a new handshake when the session is this old; a session
+    #: 1.5x as old is refused.
+    rekey_after_s: float = 120.0
 
     def __post_init__(self) -> None:
         if not 128 <= self.max_datagram_size <= 65507:
@@ -97,6 +111,10 @@ class ExonConfig:
             raise UsageError("close_linger_rtos must be within 0..1000")
         if self.peer_timeout_s != 0 and not self.peer_timeout_s >= self.rto_max_s:
             raise UsageError("peer_timeout_s must be 0 (never) or >= rto_max_s")
+        if self.trust not in ("tofu", "strict"):
+            raise UsageError("trust must be 'tofu' or 'strict'")
+        if self.handshake_rate < 0 or not self.rekey_after_s > 0:
+            raise UsageError("handshake_rate must be >= 0 and rekey_after_s > 0")
         if self.max_live_slots < self.slots_ahead:
             raise UsageError("max_live_slots must be >= slots_ahead")
 

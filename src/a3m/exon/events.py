@@ -79,3 +79,13 @@ class PeerReachable(Event):
     """A peer reported :class:`PeerUnreachable` (and not abandoned since) was heard again."""
 
     peer: str
+
+
+@dataclass(slots=True, eq=True)
+class KeyRefused(Event):
+    """A handshake as ``peer`` was refused: ``key`` is not the key pinned for it, or not the one
+    it was first seen with (trust on first use), or it is unknown in strict trust mode. Nothing
+    from that key reaches the node (``docs/exon-wire.md``, "Secure associations")."""
+
+    peer: str
+    key: bytes

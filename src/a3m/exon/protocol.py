@@ -25,8 +25,11 @@ from a3m.exon.closing import ClosingPart
 from a3m.exon.events import Delivered, Event
 from a3m.exon.liveness import LivenessPart
 from a3m.exon.receiver import ReceiverPart
+from a3m.errors import UsageError
 from a3m.exon.records import INF, RecvRecord, SendRecord
 from a3m.exon.restarts import RestartsPart
+from a3m.exon.secure import parse_public_key
+from a3m.exon.secure.packets import SEALED_OVERHEAD
 from a3m.exon.sender import SenderPart
 from a3m.exon.state import (
     _ACK,
@@ -52,11 +55,16 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
     ``liveness``); this class dispatches datagrams, timers and output to them.
     """
 
-    def associate(self, node_id: str, addr: Address) -> None:
-        """Register the address of ``node_id`` by hand (traffic from it updates it later)."""
+    def associate(self, node_id: str, addr: Address, public_key: bytes | None = None) -> None:
+        """Register the address of ``node_id`` by hand (traffic from it updates it later), and
+        pin its long-term key when ``public_key`` is given: no other key may speak as it."""
         wire.encode_id(node_id)
         self._addr[node_id] = addr
         self._peer_mds.pop(node_id, None)
+        if public_key is not None:
+            if self._sec is None:
+                raise UsageError("a public key pins nothing at a node that opted out of security")
+            self._sec.trust.pin(node_id, parse_public_key(public_key))
 
     def announce(self, now: float) -> None:
         """Tell every peer we hold a record with where we are now (after a rebind).
@@ -97,7 +105,8 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
     def has_output(self) -> bool:
         """Whether :meth:`datagrams_to_send` has something to send now (ACKs that wait for a
         frame to ride with count from their deadline on, which :meth:`next_timer` gives)."""
-        return bool(self._out) or (self._ack_now and bool(self._acks))
+        return (bool(self._out) or (self._ack_now and bool(self._acks))
+                or (self._sec is not None and self._sec.has_output()))
 
     def ack_deadline(self) -> float | None:
         """When the ACKs waiting for a frame to ride with leave on their own (None: none wait)."""
@@ -112,6 +121,16 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
         st = self.stats
         st.datagrams_in += 1
         st.bytes_in += len(data)
+        sec = self._sec
+        peer = None
+        if sec is not None:
+            opened = sec.open(data, addr, now)
+            if opened is None:
+                return
+            data, peer = opened
+        elif len(data) > 1 and data[1] != wire.PLAIN:
+            st.secure_refused += 1
+            return
         try:
             src_b, dst_b, offset = wire.decode_header(data)
         except wire.WireError as exc:
@@ -133,12 +152,17 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
         if src == self.id:
             st.from_self += 1
             return
+        if peer is not None and src != peer:
+            st.spoofed += 1  # sealed by one peer, naming another as its source
+            return
         frames, error = wire.decode_frames(data, offset, self.config.max_message_size)
         if error is not None:
             self._count_error(error)
         if not frames:
             return
-        if self._addr.get(src) != addr:
+        if sec is None and self._addr.get(src) != addr:
+            # In clear, any datagram moves its source (the secure layer moves a peer only
+            # to an address that authenticated and answered a challenge).
             if src in self._addr:
                 st.address_changes += 1
             self._addr[src] = addr
@@ -247,8 +271,10 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
                 self._flush_acks()
             elif self._out:
                 self._flush_acks(self._out)  # they ride with frames that leave anyway
+        sec = self._sec
         if not self._out:
-            return []
+            return [] if sec is None or not sec.has_output() else self._count_out(
+                sec.take_control())
         if self._voids_out:
             self._voids_out.clear()
         result: list[tuple[bytes, Address]] = []
@@ -259,6 +285,9 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
                 st.no_address += len(frames)
                 continue
             limit = self._limit(peer)
+            if sec is not None:
+                limit -= SEALED_OVERHEAD
+                start = len(result)
             hdr = self._header(peer)
             st.frames_out += len(frames)
             buf = [hdr]
@@ -272,7 +301,18 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
                 buf.append(f)
                 size += lf
             result.append((b"".join(buf), addr))
+            if sec is not None:
+                plains = result[start:]
+                del result[start:]
+                for d, _ in plains:
+                    sec.seal(peer, d, addr, now, result)
         self._out.clear()
+        if sec is not None and sec.has_output():
+            result = sec.take_control() + result  # handshakes go first
+        return self._count_out(result)
+
+    def _count_out(self, result: list[tuple[bytes, Address]]) -> list[tuple[bytes, Address]]:
+        st = self.stats
         st.datagrams_out += len(result)
         for d, _ in result:
             st.bytes_out += len(d)
@@ -281,17 +321,25 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
     def next_timer(self) -> float | None:
         """The earliest deadline at which :meth:`handle_timer` has work, or None."""
         timers = self._timers
+        t_exon = self._ack_due
         while timers:
             t, _, rec = timers[0]
             if rec.alive and rec.timer_at == t:
-                return t if t < self._ack_due else self._ack_due
+                t_exon = t if t < t_exon else t_exon
+                break
             heapq.heappop(timers)
-        return None if self._ack_due == INF else self._ack_due
+        if self._sec is not None:
+            t_sec = self._sec.next_timer()
+            if t_sec is not None and t_sec < t_exon:
+                return t_sec
+        return None if t_exon == INF else t_exon
 
     def handle_timer(self, now: float) -> None:
         """Run every timer due at ``now`` (retransmission, idle release, probes, ACKs)."""
         if now >= self._ack_due:
             self._ack_now = True
+        if self._sec is not None:
+            self._sec.handle_timer(now)
         timers = self._timers
         while timers and timers[0][0] <= now:
             t, _, rec = heapq.heappop(timers)

@@ -9,6 +9,7 @@ one part makes into another.
 from __future__ import annotations
 
 import heapq
+import os
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields
@@ -22,6 +23,7 @@ from a3m.exon.discovery import Resolver
 from a3m.exon.events import Event
 from a3m.exon.records import INF, RecvRecord, SendRecord
 from a3m.exon.recovery import PathRecovery
+from a3m.exon.secure import NodeKey, SecureLayer, TrustStore
 
 Address = Hashable
 
@@ -123,6 +125,38 @@ class ExonStats:
     peers_reachable: int = 0  # PeerReachable events (such a peer heard again)
     peers_abandoned: int = 0  # send records given up by abandon() (or a closing node)
     not_delivered: int = 0  # messages reported with NotDelivered (abandoned, never all sent)
+    # Secure associations (docs/exon-wire.md, "Secure associations"); every one of these
+    # datagrams is dropped without effect:
+    plain_refused: int = 0  # datagrams in clear at a secure node
+    secure_refused: int = 0  # secure-layer datagrams at a node that opted out
+    unknown_session: int = 0  # sealed for no session of ours (an old incarnation, forged)
+    forged: int = 0  # do not authenticate under the session they name
+    replayed: int = 0  # a counter seen before (or older than the replay window)
+    spoofed: int = 0  # authenticated, but naming another node as source
+    old_path_datagrams: int = 0  # authenticated from a new address, but reordered: no move
+    path_challenges: int = 0  # challenges sent to a new address (resends included)
+    paths_validated: int = 0  # addresses that answered: traffic moved there
+    paths_abandoned: int = 0  # candidate addresses that never answered
+    amplification_limited: int = 0  # datagrams kept off an unproven address (3x budget)
+    sealed_dropped: int = 0  # datagrams dropped while a handshake was pending (queue full)
+    handshakes_started: int = 0
+    handshakes_completed: int = 0  # as initiator
+    handshakes_accepted: int = 0  # as responder
+    hellos_answered: int = 0
+    hello_resends: int = 0
+    initiate_resends: int = 0
+    retries_sent: int = 0  # HELLOs answered with an address token (busy)
+    retries_received: int = 0
+    token_invalid: int = 0
+    cookie_invalid: int = 0  # forged, replayed from another address, or too old
+    handshake_failed: int = 0  # did not authenticate or decode
+    handshake_repeats: int = 0  # INITIATE again for a session already made
+    unexpected_handshakes: int = 0  # WELCOME or RETRY for no handshake of ours
+    key_refused: int = 0  # KeyRefused events
+    sessions_full: int = 0
+    sessions_expired: int = 0
+    handshakes_abandoned: int = 0
+    peer_restarts: int = 0  # a handshake from a new incarnation ended the old sessions
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -139,6 +173,9 @@ class ProtocolState:
         clock_store: ClockStore | None = None,
         resolver: Resolver | None = None,
         path_mtu: Callable[[Address], int] | None = None,
+        key: NodeKey | None = None,
+        entropy: Callable[[int], bytes] | None = None,
+        trust: TrustStore | None = None,
     ) -> None:
         self.id = node_id
         self._id_bytes = node_id.encode("utf-8")
@@ -195,6 +232,28 @@ class ProtocolState:
         # Loss recovery state per peer, kept beyond its send records (bounded).
         self._paths: dict[str, PathRecovery] = {}
         self._ack_delay_us = int(cfg.ack_delay_s * 1_000_000)
+        # Secure associations (a3m.exon.secure), unless the config opts out.
+        self._sec: SecureLayer | None = None
+        if cfg.secure:
+            entropy = entropy or os.urandom
+            self._sec = SecureLayer(
+                node_id, key or NodeKey.generate(entropy), trust or TrustStore(cfg.trust),
+                entropy, self.stats, self._events, self._path_proven,
+                handshake_rate=cfg.handshake_rate, rekey_after_s=cfg.rekey_after_s,
+                backoff_cap_s=self._backoff_cap)
+
+    @property
+    def secure(self) -> SecureLayer | None:
+        """The secure layer (None: this node opted out)."""
+        return self._sec
+
+    def _path_proven(self, peer: str, addr: Address) -> None:
+        """The secure layer proved ``peer`` is at ``addr``: send there from now on."""
+        if self._addr.get(peer) != addr:
+            if peer in self._addr:
+                self.stats.address_changes += 1
+            self._addr[peer] = addr
+            self._peer_mds.pop(peer, None)
 
     def address_of(self, node_id: str) -> Address | None:
         """The known (or discoverable) address of ``node_id``."""

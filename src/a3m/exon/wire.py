@@ -18,7 +18,11 @@ from a3m.errors import ProtocolViolation
 #: an earlier incarnation, the loss those frames exist to prevent). Version 3 (loss recovery)
 #: added the TOKEN flag RETRANSMIT, the receiver's largest ACK delay in SLOTS, and a copy
 #: number in REQSLOTS that SLOTS echoes (an RTT sample even from a retransmitted request).
-VERSION: Final = 3
+#: Version 4 (secure associations): the byte after the version is the datagram's type; an
+#: Exon datagram in clear is type PLAIN (0), and travels whole inside a secure DATA datagram.
+VERSION: Final = 4
+#: The datagram type of an Exon datagram in clear (the others: ``a3m.exon.secure.packets``).
+PLAIN: Final = 0x00
 
 REQSLOTS: Final = 0x01
 SLOTS: Final = 0x02
@@ -82,9 +86,9 @@ def encode_id(node_id: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-def encode_header(src: str, dst: str, flags: int = 0) -> bytes:
-    """The datagram header: version, flags, source id, destination id."""
-    return bytes((VERSION, flags)) + encode_id(src) + encode_id(dst)
+def encode_header(src: str, dst: str) -> bytes:
+    """The datagram header: version, type PLAIN, source id, destination id."""
+    return bytes((VERSION, PLAIN)) + encode_id(src) + encode_id(dst)
 
 
 def encode_reqslots(s: int, n: int, low: int, copy: int = 0) -> bytes:
@@ -177,6 +181,8 @@ def decode_header(data: bytes | memoryview) -> tuple[bytes, bytes, int]:
         raise WireError("truncated", "shorter than the smallest header")
     if data[0] != VERSION:
         raise WireError("malformed", f"unknown version {data[0]}")
+    if data[1] != PLAIN:
+        raise WireError("malformed", f"datagram type {data[1]} is not an Exon datagram")
     ls = data[2]
     end_src = 3 + ls
     if n < end_src + 1:

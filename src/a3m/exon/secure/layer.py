@@ -1,0 +1,581 @@
+"""The secure layer between the UDP socket and Exon's frames (:class:`SecureLayer`).
+
+Sans-I/O: :meth:`SecureLayer.open` takes a datagram, its source address and the time, and
+returns the Exon datagram it carried and the authenticated peer (or None: a handshake packet,
+or something dropped and counted); :meth:`SecureLayer.seal` turns an Exon datagram for a peer
+into what to send, starting a handshake when there is no session yet. Rules and byte layout:
+``docs/exon-wire.md``, "Secure associations".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import hmac
+import struct
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+from a3m.exon.events import Event, KeyRefused
+from a3m.exon.secure import handshake as hs
+from a3m.exon.secure import packets as p
+from a3m.exon.secure.keys import KEY_BYTES, NodeKey
+from a3m.exon.secure.noise import HandshakeError, SymmetricState
+from a3m.exon.secure.session import INF, Session
+from a3m.exon.secure.trust import TrustStore
+
+Address = Hashable
+
+#: The first HELLO, INITIATE and path-challenge resend (each later one doubles it).
+HANDSHAKE_TIMEOUT_S = 0.1
+#: A cookie or an address token is honoured this long after it was made.
+COOKIE_LIFETIME_S = 15.0
+#: The secret that seals cookies and tokens is replaced this often (the previous one stays).
+SECRET_ROTATION_S = 30.0
+#: A pending handshake is given up after this long (the next datagram starts a new one).
+HANDSHAKE_GIVE_UP_S = 30.0
+#: A session we send on without hearing anything under it for this long gets a new handshake
+#: (the peer may have restarted and forgotten it: its datagrams would be refused).
+SILENCE_REHANDSHAKE_S = 1.0
+#: Path challenges sent before a candidate address is given up.
+CHALLENGE_TRIES = 5
+#: Exon datagrams held per peer while its handshake runs (the oldest is dropped beyond it;
+#: Exon retransmits what it does not see acknowledged).
+MAX_QUEUED = 256
+#: Sessions held in all; beyond it new handshakes are refused (counted).
+MAX_SESSIONS = 65536
+#: Handshakes this node started and that are still pending, in all.
+MAX_PENDING = 65536
+
+_NONCE = struct.Struct(">4xQ").pack
+_SEALED_PACK = p.SEALED_HDR.pack
+_SEALED_UNPACK = p.SEALED_HDR.unpack_from
+_TS = struct.Struct(">d")
+_COOKIE_PT = struct.Struct(">32sId")  # responder e (private), responder index, time made
+
+
+class _Initiation:
+    """A handshake this node started (the only handshake state anyone keeps)."""
+
+    __slots__ = ("peer", "index", "e", "sym", "msg1", "token", "addr", "tries", "timer_at",
+                 "alive", "queue", "started")
+
+    def __init__(self, peer: str, index: int, e: NodeKey, sym: SymmetricState, msg1: bytes,
+                 addr: Address, now: float) -> None:
+        self.peer = peer
+        self.index = index
+        self.e = e
+        self.sym = sym
+        self.msg1 = msg1
+        self.token = b""
+        self.addr = addr
+        self.tries = 1
+        self.timer_at = INF
+        self.alive = True
+        self.queue: deque[bytes] = deque()
+        self.started = now
+
+    def hello(self) -> bytes:
+        head = p.HELLO_HDR.pack(p.VERSION, p.HELLO, len(self.token)) + self.token + self.msg1
+        return head + bytes(p.HELLO_SIZE - len(head))
+
+
+def _addr_bytes(addr: Address) -> bytes:
+    return repr(addr).encode()
+
+
+class SecureLayer:
+    """Sessions with peers, the handshakes that make them, and the paths they use.
+
+    ``stats`` is the node's counter object (``ExonStats``): the layer adds to its fields.
+    ``on_path(peer, addr)`` is told where a peer is once that address is proven.
+    """
+
+    def __init__(self, node_id: str, key: NodeKey, trust: TrustStore,
+                 entropy: Callable[[int], bytes], stats: Any, events: deque[Event],
+                 on_path: Callable[[str, Address], None], handshake_rate: float = 1000.0,
+                 rekey_after_s: float = 120.0, backoff_cap_s: float = 2.0) -> None:
+        self.id = node_id
+        self.key = key
+        self.trust = trust
+        self._entropy = entropy
+        self.stats = stats
+        self._events = events
+        self._on_path = on_path
+        self.incarnation = int.from_bytes(entropy(8), "big")
+        self._rate = handshake_rate
+        self._bucket = handshake_rate
+        self._bucket_at = -INF
+        self._rekey_after = rekey_after_s
+        self._reject_after = 1.5 * rekey_after_s
+        self._backoff_cap = backoff_cap_s
+        self._by_index: dict[int, Session] = {}
+        self._current: dict[str, Session] = {}
+        self._previous: dict[str, Session] = {}
+        self._pending: dict[str, _Initiation] = {}
+        self._pending_by_index: dict[int, _Initiation] = {}
+        self._completed: dict[bytes, tuple[float, Session]] = {}
+        self._control: list[tuple[bytes, Address]] = []
+        self._timers: list[tuple[float, int, Session | _Initiation]] = []
+        self._seq = 0
+        self._secrets: list[bytes] = []
+        self._rotated_at = -INF
+
+    # ------------------------------------------------------------------ queries
+
+    def session_count(self) -> int:
+        return len(self._by_index)
+
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def has_output(self) -> bool:
+        return bool(self._control)
+
+    def take_control(self) -> list[tuple[bytes, Address]]:
+        """Handshake and path packets (and datagrams a completed handshake released)."""
+        out, self._control = self._control, []
+        return out
+
+    def peer_key(self, peer: str) -> bytes | None:
+        """The long-term key ``peer`` speaks with (pinned or learnt), if any yet."""
+        return self.trust.key_of(peer)
+
+    def next_timer(self) -> float | None:
+        timers = self._timers
+        while timers:
+            t, _, obj = timers[0]
+            if obj.alive and obj.timer_at == t:
+                return t
+            heapq.heappop(timers)
+        return None
+
+    # ------------------------------------------------------------------ receiving
+
+    def open(self, data: bytes, addr: Address, now: float) -> tuple[bytes, str] | None:
+        """The Exon datagram ``data`` carried and its authenticated sender, or None."""
+        st = self.stats
+        n = len(data)
+        if n < 2 or data[0] != p.VERSION:
+            st.malformed += 1
+            return None
+        kind = data[1]
+        if kind == p.DATA or kind == p.CHALLENGE or kind == p.RESPONSE:
+            if n < p.SEALED_OVERHEAD:
+                st.truncated += 1
+                return None
+            _, _, index, counter = _SEALED_UNPACK(data)
+            s = self._by_index.get(index)
+            if s is None:
+                st.unknown_session += 1
+                return None
+            replay = s.replay
+            if not replay.fresh(counter):
+                st.replayed += 1
+                return None
+            try:
+                pt = s.open.decrypt(_NONCE(counter), data[14:], data[:14])
+            except InvalidTag:
+                st.forged += 1
+                return None
+            newest = replay.mark(counter)
+            s.last_recv = now
+            if not s.confirmed:
+                s.confirmed = True
+                s.initiate = b""
+            if addr != s.addr:
+                self._moved(s, addr, newest, n, now)
+            elif s.candidate is not None and newest:
+                s.candidate = None  # the peer is back where it was proven to be
+            if kind == p.DATA:
+                if not pt:
+                    return None  # a keepalive
+                return pt, s.peer
+            if kind == p.CHALLENGE:
+                if len(pt) == p.CHALLENGE_BYTES:
+                    self._control.append((self._seal(s, p.RESPONSE, pt, now), addr))
+            elif s.candidate is not None and pt == s.challenge and addr == s.candidate:
+                self._validated(s, now)
+            return None
+        if kind == p.HELLO:
+            self._on_hello(data, addr, now)
+        elif kind == p.WELCOME:
+            self._on_welcome(data, addr, now)
+        elif kind == p.INITIATE:
+            self._on_initiate(data, addr, now)
+        elif kind == p.RETRY:
+            self._on_retry(data, now)
+        elif kind == p.PLAIN:
+            st.plain_refused += 1
+        else:
+            st.malformed += 1
+        return None
+
+    def _moved(self, s: Session, addr: Address, newest: bool, n: int, now: float) -> None:
+        """An authenticated datagram from an address other than the proven one."""
+        if not newest:
+            self.stats.old_path_datagrams += 1  # reordered: it moves nothing
+            return
+        if addr == s.candidate:
+            s.budget += 3 * n
+            return
+        s.candidate = addr
+        s.budget = 3 * n
+        s.challenge = self._entropy(p.CHALLENGE_BYTES)
+        s.challenge_tries = 0
+        self._challenge(s, now)
+
+    def _challenge(self, s: Session, now: float) -> None:
+        assert s.candidate is not None
+        pkt = self._seal(s, p.CHALLENGE, s.challenge, now)
+        s.budget -= len(pkt)
+        s.challenge_tries += 1
+        self.stats.path_challenges += 1
+        self._control.append((pkt, s.candidate))
+        self._arm(s, now + min(HANDSHAKE_TIMEOUT_S * 2 ** (s.challenge_tries - 1),
+                               self._backoff_cap))
+
+    def _validated(self, s: Session, now: float) -> None:
+        addr = s.candidate
+        s.addr = addr
+        s.candidate = None
+        s.budget = 0
+        self.stats.paths_validated += 1
+        if self._current.get(s.peer) is s:
+            self._on_path(s.peer, addr)
+
+    # ------------------------------------------------------------------ sending
+
+    def seal(self, peer: str, plain: bytes, addr: Address, now: float,
+             out: list[tuple[bytes, Address]]) -> None:
+        """Seal the Exon datagram ``plain`` for ``peer`` into ``out``, or hold it while a
+        handshake (started here if needed, toward ``addr``) completes."""
+        s = self._current.get(peer)
+        if s is not None and now >= s.created + self._reject_after:
+            self._drop(s)
+            s = None
+        if s is not None:
+            if ((s.initiator and now >= s.created + self._rekey_after)
+                    or now - s.last_recv > SILENCE_REHANDSHAKE_S) and peer not in self._pending:
+                self._initiate(peer, addr, now)
+            pkt = self._seal(s, p.DATA, plain, now)
+            dest = s.addr
+            if s.candidate is not None:
+                if s.budget >= len(pkt):
+                    s.budget -= len(pkt)
+                    dest = s.candidate
+                else:
+                    self.stats.amplification_limited += 1
+            out.append((pkt, dest))
+            return
+        init = self._pending.get(peer) or self._initiate(peer, addr, now)
+        if init is None:
+            self.stats.sealed_dropped += 1
+            return
+        q = init.queue
+        q.append(plain)
+        if len(q) > MAX_QUEUED:
+            q.popleft()
+            self.stats.sealed_dropped += 1
+
+    def _seal(self, s: Session, kind: int, pt: bytes, now: float) -> bytes:
+        counter = s.counter
+        s.counter = counter + 1
+        s.last_sent = now
+        hdr = _SEALED_PACK(p.VERSION, kind, s.remote_index, counter)
+        return hdr + s.seal.encrypt(_NONCE(counter), pt, hdr)
+
+    # ------------------------------------------------------------------ handshakes
+
+    def _fresh_index(self) -> int:
+        while True:
+            i = int.from_bytes(self._entropy(4), "big")
+            if i not in self._by_index and i not in self._pending_by_index:
+                return i
+
+    def _initiate(self, peer: str, addr: Address, now: float) -> _Initiation | None:
+        if len(self._pending) >= MAX_PENDING:
+            return None
+        old = self._pending.pop(peer, None)
+        if old is not None:
+            old.alive = False
+            self._pending_by_index.pop(old.index, None)
+        index = self._fresh_index()
+        e = NodeKey.generate(self._entropy)
+        sym, msg1 = hs.hello(e, peer, index)
+        init = _Initiation(peer, index, e, sym, msg1, addr, now)
+        self._pending[peer] = init
+        self._pending_by_index[index] = init
+        self.stats.handshakes_started += 1
+        self._control.append((init.hello(), addr))
+        self._arm(init, now + HANDSHAKE_TIMEOUT_S)
+        return init
+
+    def _secret(self, now: float) -> list[bytes]:
+        if now - self._rotated_at >= SECRET_ROTATION_S:
+            self._secrets = [self._entropy(32)] + self._secrets[:1]
+            self._rotated_at = now
+        return self._secrets
+
+    def _token(self, secret: bytes, addr_b: bytes, e: bytes, index: bytes, ts: bytes) -> bytes:
+        return ts + hmac.new(secret, addr_b + e + index + ts, hashlib.sha256).digest()[:16]
+
+    def _on_hello(self, data: bytes, addr: Address, now: float) -> None:
+        st = self.stats
+        if len(data) < p.HELLO_SIZE:
+            st.truncated += 1
+            return
+        tlen = data[2]
+        if tlen not in (0, p.TOKEN_BYTES):
+            st.malformed += 1
+            return
+        at = 3 + tlen
+        e_i = bytes(data[at:at + KEY_BYTES])
+        index_b = bytes(data[at + KEY_BYTES:at + KEY_BYTES + 4])
+        addr_b = _addr_bytes(addr)
+        secrets = self._secret(now)
+        if tlen:
+            token = bytes(data[3:at])
+            (ts,) = _TS.unpack_from(token)
+            if not (0 <= now - ts <= COOKIE_LIFETIME_S and any(
+                    hmac.compare_digest(token, self._token(k, addr_b, e_i, index_b, token[:8]))
+                    for k in secrets)):
+                st.token_invalid += 1
+                return
+        else:
+            self._bucket = min(self._rate, self._bucket + (now - self._bucket_at) * self._rate)
+            self._bucket_at = now
+            if self._bucket < 1.0:
+                # Busy: prove your address first (a RETRY is smaller than the HELLO).
+                st.retries_sent += 1
+                token = self._token(secrets[0], addr_b, e_i, index_b, _TS.pack(now))
+                self._control.append((p.RETRY_HDR.pack(p.VERSION, p.RETRY,
+                                                       *hs.INDEX.unpack(index_b)) + token, addr))
+                return
+            self._bucket -= 1.0
+        if len(self._by_index) >= MAX_SESSIONS:
+            st.sessions_full += 1
+            return
+        (index_i,) = hs.INDEX.unpack(index_b)
+        e = NodeKey.generate(self._entropy)
+        r_index = int.from_bytes(self._entropy(4), "big")
+        nonce = self._entropy(12)
+        cookie = nonce + ChaCha20Poly1305(secrets[0]).encrypt(
+            nonce, _COOKIE_PT.pack(e.private, r_index, now), addr_b + e_i + index_b)
+        try:
+            _, msg2 = hs.respond(self.key, self.id, e, e_i, index_i, r_index, self.incarnation,
+                                 cookie)
+        except HandshakeError:
+            st.handshake_failed += 1
+            return
+        st.hellos_answered += 1
+        self._control.append((p.WELCOME_HDR.pack(p.VERSION, p.WELCOME, index_i) + msg2, addr))
+
+    def _on_retry(self, data: bytes, now: float) -> None:
+        if len(data) != p.RETRY_HDR.size + p.TOKEN_BYTES:
+            self.stats.malformed += 1
+            return
+        _, _, index = p.RETRY_HDR.unpack_from(data)
+        init = self._pending_by_index.get(index)
+        if init is None:
+            self.stats.unexpected_handshakes += 1
+            return
+        self.stats.retries_received += 1
+        init.token = bytes(data[p.RETRY_HDR.size:])
+        self._control.append((init.hello(), init.addr))
+
+    def _on_welcome(self, data: bytes, addr: Address, now: float) -> None:
+        st = self.stats
+        if len(data) < p.WELCOME_HDR.size:
+            st.truncated += 1
+            return
+        _, _, index = p.WELCOME_HDR.unpack_from(data)
+        init = self._pending_by_index.get(index)
+        if init is None:
+            st.unexpected_handshakes += 1  # late (already complete), or forged
+            return
+        sym = init.sym.copy()  # a forged WELCOME must leave the handshake as it was
+        try:
+            w, re = hs.read_welcome(sym, init.e, bytes(data[p.WELCOME_HDR.size:]))
+        except (HandshakeError, struct.error):
+            st.handshake_failed += 1
+            return
+        if w.responder_id != init.peer:
+            st.handshake_failed += 1
+            return
+        if not self.trust.admits(init.peer, w.responder_key):
+            st.key_refused += 1
+            self._events.append(KeyRefused(init.peer, w.responder_key))
+            return
+        msg3, keys = hs.initiate(sym, self.key, re, self.id, self.incarnation)
+        self._end_pending(init)
+        s = Session(init.peer, init.index, w.responder_index, keys, True, w.incarnation,
+                    init.addr, now)
+        s.initiate = (p.INITIATE_HDR.pack(p.VERSION, p.INITIATE, init.index) + init.e.public
+                      + w.cookie + msg3)
+        st.handshakes_completed += 1
+        self._install(s, now)
+        self._control.append((s.initiate, s.addr))
+        self._arm(s, now + HANDSHAKE_TIMEOUT_S)
+        for plain in init.queue:
+            self._control.append((self._seal(s, p.DATA, plain, now), s.addr))
+        if addr != s.addr:
+            self._moved(s, addr, True, len(data), now)
+
+    def _on_initiate(self, data: bytes, addr: Address, now: float) -> None:
+        st = self.stats
+        head = p.INITIATE_HDR.size
+        if len(data) < head + KEY_BYTES + hs.COOKIE_BYTES:
+            st.truncated += 1
+            return
+        _, _, index_i = p.INITIATE_HDR.unpack_from(data)
+        e_i = bytes(data[head:head + KEY_BYTES])
+        cookie = bytes(data[head + KEY_BYTES:head + KEY_BYTES + hs.COOKIE_BYTES])
+        aad = _addr_bytes(addr) + e_i + hs.INDEX.pack(index_i)
+        opened = None
+        for secret in self._secret(now):
+            try:
+                opened = ChaCha20Poly1305(secret).decrypt(cookie[:12], cookie[12:], aad)
+                break
+            except InvalidTag:
+                continue
+        if opened is None:
+            st.cookie_invalid += 1  # forged, from another address, or too old
+            return
+        e_priv, r_index, made = _COOKIE_PT.unpack(opened)
+        if not 0 <= now - made <= COOKIE_LIFETIME_S:
+            st.cookie_invalid += 1
+            return
+        done = self._completed.get(e_i)
+        if done is not None:
+            # A repeat: our first answer under the session was lost. Answer under it again.
+            st.handshake_repeats += 1
+            s0 = done[1]
+            if s0.alive:
+                self._control.append((self._seal(s0, p.DATA, b"", now), s0.addr))
+            return
+        if r_index in self._by_index or len(self._by_index) >= MAX_SESSIONS:
+            st.sessions_full += 1
+            return
+        e = NodeKey(e_priv)
+        try:
+            sym, _ = hs.respond(self.key, self.id, e, e_i, index_i, r_index, self.incarnation,
+                                cookie)
+            got = hs.read_initiate(sym, e, bytes(data[head + KEY_BYTES + hs.COOKIE_BYTES:]))
+        except (HandshakeError, struct.error):
+            st.handshake_failed += 1
+            return
+        peer = got.initiator_id
+        if peer == self.id:
+            st.from_self += 1
+            return
+        if not self.trust.admits(peer, got.initiator_key):
+            st.key_refused += 1
+            self._events.append(KeyRefused(peer, got.initiator_key))
+            return
+        s = Session(peer, r_index, index_i, got.keys, False, got.incarnation, addr, now)
+        s.handshake_key = e_i
+        self._remember(e_i, s, now)
+        st.handshakes_accepted += 1
+        self._install(s, now)
+        # Confirm at once: the initiator resends INITIATE until something opens under it.
+        self._control.append((self._seal(s, p.DATA, b"", now), addr))
+
+    def _remember(self, e_i: bytes, s: Session, now: float) -> None:
+        done = self._completed
+        if len(done) > 1024:
+            for k in [k for k, (t, _) in done.items() if t < now]:
+                del done[k]
+        done[e_i] = (now + 2 * COOKIE_LIFETIME_S, s)
+
+    def _end_pending(self, init: _Initiation) -> None:
+        init.alive = False
+        if self._pending.get(init.peer) is init:
+            del self._pending[init.peer]
+        self._pending_by_index.pop(init.index, None)
+
+    def _install(self, s: Session, now: float) -> None:
+        peer = s.peer
+        old = self._current.get(peer)
+        if old is not None:
+            prev = self._previous.pop(peer, None)
+            if prev is not None:
+                self._drop(prev)
+            if old.incarnation != s.incarnation:
+                self._drop(old)  # the peer restarted: nothing of its past opens any more
+                self.stats.peer_restarts += 1
+            else:
+                self._previous[peer] = old
+        self._current[peer] = s
+        self._by_index[s.local_index] = s
+        self._arm(s, s.created + self._reject_after)
+        self._on_path(peer, s.addr)
+
+    def _drop(self, s: Session) -> None:
+        s.alive = False
+        self._by_index.pop(s.local_index, None)
+        if self._current.get(s.peer) is s:
+            del self._current[s.peer]
+        if self._previous.get(s.peer) is s:
+            del self._previous[s.peer]
+
+    # ------------------------------------------------------------------ timers
+
+    def _arm(self, obj: Session | _Initiation, t: float) -> None:
+        if t < obj.timer_at:
+            obj.timer_at = t
+            self._seq += 1
+            heapq.heappush(self._timers, (t, self._seq, obj))
+
+    def handle_timer(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            t, _, obj = heapq.heappop(timers)
+            if not obj.alive or obj.timer_at != t:
+                continue
+            obj.timer_at = INF
+            if isinstance(obj, _Initiation):
+                self._initiation_timer(obj, now)
+            else:
+                self._session_timer(obj, now)
+
+    def _initiation_timer(self, init: _Initiation, now: float) -> None:
+        if now - init.started >= HANDSHAKE_GIVE_UP_S:
+            self._end_pending(init)
+            self.stats.handshakes_abandoned += 1
+            return
+        self.stats.hello_resends += 1
+        self._control.append((init.hello(), init.addr))
+        init.tries += 1
+        self._arm(init, now + min(HANDSHAKE_TIMEOUT_S * 2 ** (init.tries - 1),
+                                  self._backoff_cap))
+
+    def _session_timer(self, s: Session, now: float) -> None:
+        expiry = s.created + self._reject_after
+        if now >= expiry:
+            self._drop(s)
+            self.stats.sessions_expired += 1
+            return
+        nxt = expiry
+        if not s.confirmed and s.initiate:
+            if now - s.created > COOKIE_LIFETIME_S:
+                self._drop(s)  # the responder can no longer accept it: start again
+                self.stats.handshakes_abandoned += 1
+                return
+            s.initiate_tries += 1
+            self.stats.initiate_resends += 1
+            self._control.append((s.initiate, s.addr))
+            nxt = min(nxt, now + min(HANDSHAKE_TIMEOUT_S * 2 ** s.initiate_tries,
+                                     self._backoff_cap))
+        elif s.candidate is not None:
+            if s.challenge_tries >= CHALLENGE_TRIES:
+                s.candidate = None
+                self.stats.paths_abandoned += 1
+            else:
+                self._challenge(s, now)
+                return
+        self._arm(s, nxt)

@@ -1,0 +1,57 @@
+"""One secure session with a peer: transport keys, counters, replay window and path state."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+from a3m.exon.secure.replay import ReplayWindow
+
+Address = Hashable
+INF = float("inf")
+
+
+class Session:
+    """Keys of one completed handshake, and where the peer is.
+
+    ``addr`` is the validated path. A newer authenticated datagram from elsewhere makes that
+    address the ``candidate``: it gets at most 3x the bytes received from it (``budget``) until
+    it answers a path challenge, and then becomes ``addr``.
+    """
+
+    __slots__ = ("peer", "local_index", "remote_index", "seal", "open", "counter", "replay",
+                 "addr", "candidate", "budget", "challenge", "challenge_tries", "initiator",
+                 "incarnation", "created", "last_recv", "last_sent", "confirmed",
+                 "initiate", "initiate_tries", "timer_at", "alive", "next_send_at", "handshake_key")
+
+    def __init__(self, peer: str, local_index: int, remote_index: int,
+                 keys: tuple[bytes, bytes], initiator: bool, incarnation: int, addr: Address,
+                 now: float) -> None:
+        self.peer = peer
+        self.local_index = local_index
+        self.remote_index = remote_index
+        send_key, recv_key = keys if initiator else (keys[1], keys[0])
+        self.seal = ChaCha20Poly1305(send_key)
+        self.open = ChaCha20Poly1305(recv_key)
+        self.counter = 0
+        self.replay = ReplayWindow()
+        self.addr: Address = addr
+        self.candidate: Address | None = None
+        self.budget = 0
+        self.challenge = b""
+        self.challenge_tries = 0
+        self.initiator = initiator
+        self.incarnation = incarnation
+        self.created = now
+        self.last_recv = now
+        self.last_sent = now
+        # The initiator's session is confirmed by the first datagram that opens under it;
+        # until then INITIATE (kept here) is sent again on the timer.
+        self.confirmed = not initiator
+        self.initiate = b""
+        self.initiate_tries = 0
+        self.timer_at = INF
+        self.next_send_at = INF  # the next INITIATE or path challenge resend
+        self.alive = True
+        self.handshake_key = b""  # the responder's replay key of the handshake (initiator e)
