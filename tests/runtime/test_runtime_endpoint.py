@@ -175,7 +175,8 @@ def test_hostile_datagrams_are_counted_not_fatal() -> None:
 
 
 def test_100_idle_peers_are_forgotten_and_memory_returns() -> None:
-    with Endpoint("hub", idle_release_s=0.2, probe_interval_s=0.5) as hub:
+    # Idle secure sessions are forgotten after session_idle_s, like Exon's records.
+    with Endpoint("hub", idle_release_s=0.2, probe_interval_s=0.5, session_idle_s=1.0) as hub:
         gc.collect()
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
@@ -186,22 +187,27 @@ def test_100_idle_peers_are_forgotten_and_memory_returns() -> None:
             p.send("hub", b"x" * 100, timeout=5)
         collect(hub, 100)
         hub_records = hub._proto.record_counts()
-        assert hub_records[1] == 100
+        assert hub_records[1] >= 50  # (the first ones may already have idled out)
         for p in peers:
             p.close(timeout=5)
             p._driver.stop()  # no linger (its driver and buffers): measure the hub alone
         del peers, p
         deadline = time.monotonic() + 10
-        while hub._proto.record_counts() != (0, 0) and time.monotonic() < deadline:
+        sec = hub._proto.secure
+        assert sec is not None
+        while ((hub._proto.record_counts() != (0, 0) or sec.session_count())
+               and time.monotonic() < deadline):
             time.sleep(0.05)
         assert hub._proto.record_counts() == (0, 0)
+        assert sec.session_count() == 0
         gc.collect()
         now = tracemalloc.get_traced_memory()[0]
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         # All 100 peers' records are gone; what stays is per-id caches (headers, addresses).
         print(f"hub memory: base {base} B, peak {peak} B, after idle {now} B")
-        assert now - base < 100_000, now - base
+        # Trust on first use keeps each peer's key for the hub's life (~100 B a peer).
+        assert now - base < 130_000, now - base
 
 
 def _restart_mid_stream(tmp_path: Any, graceful: bool) -> tuple[Endpoint, list[bytes], int]:

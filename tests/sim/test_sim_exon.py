@@ -86,7 +86,7 @@ def test_address_changes_mid_stream(mover: str) -> None:
         cluster.apps[moving].proto.announce(net.now)
         net.flush(moving)
 
-    moves = (0.1, 0.25, 0.4)
+    moves = (1.0, 1.3, 1.6)  # once the stream runs (a lost handshake packet costs 0.2 s)
     for t in moves:
         net.at(t, move)
     finish(cluster)

@@ -565,8 +565,10 @@ def test_pair_one_peer_at_a_time_each_message_once_in_order(
                     sent[name] += 1
             while (r := sock.try_recv()) is not None:
                 heard[name].append((r.source[0], r.payload))
-            if name == "p1" and sent["p1"] == m and len(heard["p1"]) == m:
-                sock.close(now)  # graceful: what p1 sent is still delivered
+            if name == "p1" and sent["p1"] == m and len(heard["p1"]) == m and refused:
+                # graceful: what p1 sent is still delivered; not before p2 was refused (its
+                # LINK may come late: its handshake with p0 takes a round trip, or more)
+                sock.close(now)
         return app
 
     h["p0"].app = hub

@@ -75,7 +75,7 @@ class ClosingPart(ProtocolState):
         completes promptly (``config.close_linger_rtos``); stopping earlier is always safe: no
         message depends on it (docs/exon-wire.md, "Closing: the linger")."""
         return (self._closing and not self._sr and not self._rr and not self._out
-                and not self._acks and self.next_timer() is None)
+                and not self._acks and self._exon_timer() is None)
 
     def _check_closed(self, now: float) -> None:
         """On the step that makes :meth:`is_closed` true: start the linger."""

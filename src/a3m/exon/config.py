@@ -87,6 +87,10 @@ class ExonConfig:
     #: A session's initiator starts a new handshake when the session is this old; a session
     #: 1.5x as old is refused.
     rekey_after_s: float = 120.0
+    #: A session with no datagram either way for this long (or 4 handshake round trips) is
+    #: forgotten (memory returns to its baseline); the next datagram to that peer starts a
+    #: new handshake (one round trip).
+    session_idle_s: float = 120.0
 
     def __post_init__(self) -> None:
         if not 128 <= self.max_datagram_size <= 65507:
@@ -113,8 +117,8 @@ class ExonConfig:
             raise UsageError("peer_timeout_s must be 0 (never) or >= rto_max_s")
         if self.trust not in ("tofu", "strict"):
             raise UsageError("trust must be 'tofu' or 'strict'")
-        if self.handshake_rate < 0 or not self.rekey_after_s > 0:
-            raise UsageError("handshake_rate must be >= 0 and rekey_after_s > 0")
+        if self.handshake_rate < 0 or not self.rekey_after_s > 0 or not self.session_idle_s > 0:
+            raise UsageError("handshake_rate must be >= 0, rekey_after_s and session_idle_s > 0")
         if self.max_live_slots < self.slots_ahead:
             raise UsageError("max_live_slots must be >= slots_ahead")
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import heapq
 
+from a3m.errors import UsageError
 from a3m.exon import wire
 from a3m.exon.closing import ClosingPart
 from a3m.exon.events import Delivered, Event
 from a3m.exon.liveness import LivenessPart
 from a3m.exon.receiver import ReceiverPart
-from a3m.errors import UsageError
 from a3m.exon.records import INF, RecvRecord, SendRecord
 from a3m.exon.restarts import RestartsPart
 from a3m.exon.secure import parse_public_key
@@ -320,6 +320,15 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
 
     def next_timer(self) -> float | None:
         """The earliest deadline at which :meth:`handle_timer` has work, or None."""
+        t_exon = self._exon_timer()
+        if self._sec is not None:
+            t_sec = self._sec.next_timer()
+            if t_sec is not None and (t_exon is None or t_sec < t_exon):
+                return t_sec
+        return t_exon
+
+    def _exon_timer(self) -> float | None:
+        """The earliest deadline of Exon's own timers (the secure layer's aside)."""
         timers = self._timers
         t_exon = self._ack_due
         while timers:
@@ -328,10 +337,6 @@ class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, Liveness
                 t_exon = t if t < t_exon else t_exon
                 break
             heapq.heappop(timers)
-        if self._sec is not None:
-            t_sec = self._sec.next_timer()
-            if t_sec is not None and t_sec < t_exon:
-                return t_sec
         return None if t_exon == INF else t_exon
 
     def handle_timer(self, now: float) -> None:

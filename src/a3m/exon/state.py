@@ -237,10 +237,12 @@ class ProtocolState:
         if cfg.secure:
             entropy = entropy or os.urandom
             self._sec = SecureLayer(
-                node_id, key or NodeKey.generate(entropy), trust or TrustStore(cfg.trust),
+                node_id, key or NodeKey.generate(entropy),
+                trust or TrustStore(cfg.trust, getattr(resolver, "public_key", None)),
                 entropy, self.stats, self._events, self._path_proven,
                 handshake_rate=cfg.handshake_rate, rekey_after_s=cfg.rekey_after_s,
-                backoff_cap_s=self._backoff_cap)
+                idle_s=cfg.session_idle_s, backoff_cap_s=self._backoff_cap,
+                timeout_s=cfg.rto_initial_s)
 
     @property
     def secure(self) -> SecureLayer | None:
@@ -348,4 +350,7 @@ class ProtocolState:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
     def next_timer(self) -> float | None:
+        raise NotImplementedError  # (a part of ExonProtocol defines it)
+
+    def _exon_timer(self) -> float | None:
         raise NotImplementedError  # (a part of ExonProtocol defines it)

@@ -22,9 +22,11 @@ from a3m.exon.events import (
     ReceiptReady,
 )
 from a3m.exon.protocol import ExonProtocol
+from a3m.exon.secure import format_public_key
 from a3m.runtime.clock_store import FileClockStore, WallClockStore
 from a3m.runtime.discovery_file import FileDiscovery
 from a3m.runtime.driver import Driver
+from a3m.runtime.identity import node_key
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -80,12 +82,16 @@ class Endpoint:
 
     def __init__(self, node_id: str | None = None, bind: str | tuple[str, int] = "127.0.0.1:0",
                  *, clock_file: str | os.PathLike[str] | None = None, discovery: Any = None,
-                 seed: int | None = None, **options: Any) -> None:
+                 seed: int | None = None, key: Any = None,
+                 key_file: str | os.PathLike[str] | None = None, **options: Any) -> None:
         self.id = node_id or f"exon-{os.getpid()}-{os.urandom(4).hex()}"
         config = ExonConfig.from_options(options)
         self._proto = ExonProtocol(self.id, config, Random(seed),
                                    make_clock_store(clock_file), make_resolver(discovery),
-                                   path_mtu=path_mtu_for(config))
+                                   path_mtu=path_mtu_for(config),
+                                   key=(node_key(key, key_file, clock_file, node_id)
+                                        if config.secure else None),
+                                   entropy=os.urandom)
         self._inbox: deque[tuple[str, bytes]] = deque()
         self._receipts: set[int] = set()
         # Messages whose destination crashed with them in flight (OutcomeUnknown): kept for
@@ -114,11 +120,19 @@ class Endpoint:
         out["event_errors"] = self._driver.event_errors
         return out
 
-    def associate(self, node_id: str, address: Hashable) -> None:
-        """Register where ``node_id`` can be reached (traffic from it updates this later)."""
+    def associate(self, node_id: str, address: Hashable,
+                  public_key: str | bytes | None = None) -> None:
+        """Register where ``node_id`` can be reached (authenticated traffic from it updates
+        this later); ``public_key`` pins the only key that may speak as it."""
         if isinstance(address, list):
             address = tuple(address)
-        self._driver.call(lambda: self._proto.associate(node_id, address))
+        self._driver.call(lambda: self._proto.associate(node_id, address, public_key))
+
+    @property
+    def public_key(self) -> str | None:
+        """This node's long-term public key (64 hex digits); None without security."""
+        sec = self._proto.secure
+        return None if sec is None else format_public_key(sec.key.public)
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address mid-stream; peers follow without losing anything."""

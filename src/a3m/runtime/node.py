@@ -24,9 +24,11 @@ from a3m.core.transport import ExonBridge
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.exon.config import ExonConfig
 from a3m.exon.protocol import ExonProtocol
+from a3m.exon.secure import format_public_key
 from a3m.patterns import BUILTIN
 from a3m.runtime.driver import Driver
 from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
+from a3m.runtime.identity import node_key
 
 if TYPE_CHECKING:
     from a3m.journal import NodeJournal
@@ -104,6 +106,7 @@ class Node:
     def __init__(self, node_id: str | None = None, bind: str | tuple[str, int] = "127.0.0.1:0",
                  *, clock_file: str | os.PathLike[str] | None = None, discovery: Any = None,
                  seed: int | None = None, journal: str | os.PathLike[str] | None = None,
+                 key: Any = None, key_file: str | os.PathLike[str] | None = None,
                  **options: Any) -> None:
         unknown = sorted(set(options) - _EXON_FIELDS)
         if unknown:
@@ -113,7 +116,10 @@ class Node:
         rng = Random(seed)
         self._proto = ExonProtocol(self.id, config, Random(rng.random()),
                                    make_clock_store(clock_file), make_resolver(discovery),
-                                   path_mtu=path_mtu_for(config))
+                                   path_mtu=path_mtu_for(config),
+                                   key=(node_key(key, key_file, clock_file, node_id)
+                                        if config.secure else None),
+                                   entropy=os.urandom)
         self._core = NodeCore(self.id, Random(rng.random()),
                               max_message_size=config.max_message_size)
         for name, cls in BUILTIN.items():
@@ -139,11 +145,20 @@ class Node:
     def address(self) -> tuple[str, int]:
         return self._driver.address
 
-    def associate(self, node_id: str, address: Any) -> None:
-        """Tell this node where ``node_id`` can be reached."""
+    def associate(self, node_id: str, address: Any, public_key: str | bytes | None = None
+                  ) -> None:
+        """Tell this node where ``node_id`` can be reached; with ``public_key`` (its
+        ``Node.public_key``), only that key may ever speak as ``node_id`` here."""
         if isinstance(address, list):
             address = tuple(address)
-        self._driver.call(lambda: self._proto.associate(node_id, address))
+        self._driver.call(lambda: self._proto.associate(node_id, address, public_key))
+
+    @property
+    def public_key(self) -> str | None:
+        """This node's long-term public key (64 hex digits) for peers to pin; None when the
+        node opted out of security (``secure=False``)."""
+        sec = self._proto.secure
+        return None if sec is None else format_public_key(sec.key.public)
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; links and messages in flight are kept."""

@@ -31,6 +31,7 @@ from a3m.exon.events import (
     ReceiptReady,
 )
 from a3m.testing.sim import Network, SimulationError
+from a3m.testing.sim_keys import sim_entropy, sim_key
 
 _MSG = struct.Struct(">HHI")  # sender index, receiver index, sequence number
 
@@ -85,7 +86,8 @@ class ExonApp:
         self.name = name
         self.index = index
         self.names = names
-        self.proto = ExonProtocol(name, config, rng, store)
+        self.proto = ExonProtocol(name, config, rng, store, key=sim_key(name),
+                                  entropy=sim_entropy(rng))
         self.flows: list[Flow] = []
         self.ledger = ledger
         self.paused = False

@@ -17,6 +17,7 @@ from a3m.core.node_core import NodeCore
 from a3m.core.transport import ExonBridge
 from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore
 from a3m.patterns import BUILTIN
+from a3m.testing.sim_keys import sim_entropy, sim_key
 
 
 class NodeHost:
@@ -26,7 +27,8 @@ class NodeHost:
         self.name = name
         config = config or ExonConfig()
         self.clock_store = clock_store or MemoryClockStore(rng.randrange(1 << 40))
-        self.proto = ExonProtocol(name, config, Random(rng.random()), self.clock_store)
+        self.proto = ExonProtocol(name, config, Random(rng.random()), self.clock_store,
+                                  key=sim_key(name), entropy=sim_entropy(rng))
         self.core = NodeCore(name, Random(rng.random()),
                              max_message_size=config.max_message_size)
         for kind, cls in BUILTIN.items():

@@ -30,17 +30,23 @@ from a3m.exon.secure.trust import TrustStore
 
 Address = Hashable
 
-#: The first HELLO, INITIATE and path-challenge resend (each later one doubles it).
-HANDSHAKE_TIMEOUT_S = 0.1
-#: A cookie or an address token is honoured this long after it was made.
-COOKIE_LIFETIME_S = 15.0
-#: The secret that seals cookies and tokens is replaced this often (the previous one stays).
-SECRET_ROTATION_S = 30.0
-#: A pending handshake is given up after this long (the next datagram starts a new one).
-HANDSHAKE_GIVE_UP_S = 30.0
-#: A session we send on without hearing anything under it for this long gets a new handshake
-#: (the peer may have restarted and forgotten it: its datagrams would be refused).
+#: The first HELLO, INITIATE and path-challenge resend when the config does not say
+#: (``rto_initial_s``, the first exchange's probe timeout); each later one doubles it.
+HANDSHAKE_TIMEOUT_S = 0.2
+#: A cookie or an address token is honoured this long after it was made (the longest round
+#: trip a handshake can complete over).
+COOKIE_LIFETIME_S = 120.0
+#: The secret that seals cookies and tokens is replaced this often; the two before it stay,
+#: so every secret lives at least COOKIE_LIFETIME_S.
+SECRET_ROTATION_S = COOKIE_LIFETIME_S / 2
+#: A pending handshake nothing was queued on for this long is given up (as long as a cookie
+#: lives: a WELCOME can take that long to come back).
+HANDSHAKE_GIVE_UP_S = COOKIE_LIFETIME_S
+#: A session on which we sent UNANSWERED_REHANDSHAKE datagrams without hearing anything under
+#: it for this long (or 4 handshake round trips, if longer) gets a new handshake: the peer may
+#: have restarted and forgotten it (its datagrams would be refused).
 SILENCE_REHANDSHAKE_S = 1.0
+UNANSWERED_REHANDSHAKE = 4
 #: Path challenges sent before a candidate address is given up.
 CHALLENGE_TRIES = 5
 #: Exon datagrams held per peer while its handshake runs (the oldest is dropped beyond it;
@@ -62,7 +68,7 @@ class _Initiation:
     """A handshake this node started (the only handshake state anyone keeps)."""
 
     __slots__ = ("peer", "index", "e", "sym", "msg1", "token", "addr", "tries", "timer_at",
-                 "alive", "queue", "started")
+                 "alive", "queue", "last_used", "started")
 
     def __init__(self, peer: str, index: int, e: NodeKey, sym: SymmetricState, msg1: bytes,
                  addr: Address, now: float) -> None:
@@ -77,6 +83,7 @@ class _Initiation:
         self.timer_at = INF
         self.alive = True
         self.queue: deque[bytes] = deque()
+        self.last_used = now
         self.started = now
 
     def hello(self) -> bytes:
@@ -98,7 +105,8 @@ class SecureLayer:
     def __init__(self, node_id: str, key: NodeKey, trust: TrustStore,
                  entropy: Callable[[int], bytes], stats: Any, events: deque[Event],
                  on_path: Callable[[str, Address], None], handshake_rate: float = 1000.0,
-                 rekey_after_s: float = 120.0, backoff_cap_s: float = 2.0) -> None:
+                 rekey_after_s: float = 120.0, idle_s: float = 120.0,
+                 backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
         self.id = node_id
         self.key = key
         self.trust = trust
@@ -111,8 +119,9 @@ class SecureLayer:
         self._bucket = handshake_rate
         self._bucket_at = -INF
         self._rekey_after = rekey_after_s
-        self._reject_after = 1.5 * rekey_after_s
+        self._idle = idle_s
         self._backoff_cap = backoff_cap_s
+        self._timeout = timeout_s
         self._by_index: dict[int, Session] = {}
         self._current: dict[str, Session] = {}
         self._previous: dict[str, Session] = {}
@@ -156,7 +165,8 @@ class SecureLayer:
 
     # ------------------------------------------------------------------ receiving
 
-    def open(self, data: bytes, addr: Address, now: float) -> tuple[bytes, str] | None:
+    def open(self, data: bytes | memoryview, addr: Address, now: float
+             ) -> tuple[bytes, str] | None:
         """The Exon datagram ``data`` carried and its authenticated sender, or None."""
         st = self.stats
         n = len(data)
@@ -184,6 +194,7 @@ class SecureLayer:
                 return None
             newest = replay.mark(counter)
             s.last_recv = now
+            s.unanswered = 0
             if not s.confirmed:
                 s.confirmed = True
                 s.initiate = b""
@@ -236,7 +247,7 @@ class SecureLayer:
         s.challenge_tries += 1
         self.stats.path_challenges += 1
         self._control.append((pkt, s.candidate))
-        self._arm(s, now + min(HANDSHAKE_TIMEOUT_S * 2 ** (s.challenge_tries - 1),
+        self._arm(s, now + min(self._timeout * 2 ** (s.challenge_tries - 1),
                                self._backoff_cap))
 
     def _validated(self, s: Session, now: float) -> None:
@@ -255,12 +266,15 @@ class SecureLayer:
         """Seal the Exon datagram ``plain`` for ``peer`` into ``out``, or hold it while a
         handshake (started here if needed, toward ``addr``) completes."""
         s = self._current.get(peer)
-        if s is not None and now >= s.created + self._reject_after:
+        if s is not None and now >= s.reject_at:
             self._drop(s)
             s = None
         if s is not None:
-            if ((s.initiator and now >= s.created + self._rekey_after)
-                    or now - s.last_recv > SILENCE_REHANDSHAKE_S) and peer not in self._pending:
+            s.unanswered += 1
+            if ((s.initiator and now >= s.rekey_at)
+                    or (s.unanswered > UNANSWERED_REHANDSHAKE
+                        and now - s.last_recv > max(SILENCE_REHANDSHAKE_S, 4 * s.rtt))
+                    ) and peer not in self._pending:
                 self._initiate(peer, addr, now)
             pkt = self._seal(s, p.DATA, plain, now)
             dest = s.addr
@@ -276,6 +290,7 @@ class SecureLayer:
         if init is None:
             self.stats.sealed_dropped += 1
             return
+        init.last_used = now
         q = init.queue
         q.append(plain)
         if len(q) > MAX_QUEUED:
@@ -312,19 +327,19 @@ class SecureLayer:
         self._pending_by_index[index] = init
         self.stats.handshakes_started += 1
         self._control.append((init.hello(), addr))
-        self._arm(init, now + HANDSHAKE_TIMEOUT_S)
+        self._arm(init, now + self._timeout)
         return init
 
     def _secret(self, now: float) -> list[bytes]:
         if now - self._rotated_at >= SECRET_ROTATION_S:
-            self._secrets = [self._entropy(32)] + self._secrets[:1]
+            self._secrets = [self._entropy(32)] + self._secrets[:2]
             self._rotated_at = now
         return self._secrets
 
     def _token(self, secret: bytes, addr_b: bytes, e: bytes, index: bytes, ts: bytes) -> bytes:
         return ts + hmac.new(secret, addr_b + e + index + ts, hashlib.sha256).digest()[:16]
 
-    def _on_hello(self, data: bytes, addr: Address, now: float) -> None:
+    def _on_hello(self, data: bytes | memoryview, addr: Address, now: float) -> None:
         st = self.stats
         if len(data) < p.HELLO_SIZE:
             st.truncated += 1
@@ -375,7 +390,7 @@ class SecureLayer:
         st.hellos_answered += 1
         self._control.append((p.WELCOME_HDR.pack(p.VERSION, p.WELCOME, index_i) + msg2, addr))
 
-    def _on_retry(self, data: bytes, now: float) -> None:
+    def _on_retry(self, data: bytes | memoryview, now: float) -> None:
         if len(data) != p.RETRY_HDR.size + p.TOKEN_BYTES:
             self.stats.malformed += 1
             return
@@ -388,7 +403,7 @@ class SecureLayer:
         init.token = bytes(data[p.RETRY_HDR.size:])
         self._control.append((init.hello(), init.addr))
 
-    def _on_welcome(self, data: bytes, addr: Address, now: float) -> None:
+    def _on_welcome(self, data: bytes | memoryview, addr: Address, now: float) -> None:
         st = self.stats
         if len(data) < p.WELCOME_HDR.size:
             st.truncated += 1
@@ -417,16 +432,17 @@ class SecureLayer:
                     init.addr, now)
         s.initiate = (p.INITIATE_HDR.pack(p.VERSION, p.INITIATE, init.index) + init.e.public
                       + w.cookie + msg3)
+        s.rtt = now - init.started
         st.handshakes_completed += 1
         self._install(s, now)
         self._control.append((s.initiate, s.addr))
-        self._arm(s, now + HANDSHAKE_TIMEOUT_S)
+        self._arm(s, now + self._timeout)
         for plain in init.queue:
             self._control.append((self._seal(s, p.DATA, plain, now), s.addr))
         if addr != s.addr:
             self._moved(s, addr, True, len(data), now)
 
-    def _on_initiate(self, data: bytes, addr: Address, now: float) -> None:
+    def _on_initiate(self, data: bytes | memoryview, addr: Address, now: float) -> None:
         st = self.stats
         head = p.INITIATE_HDR.size
         if len(data) < head + KEY_BYTES + hs.COOKIE_BYTES:
@@ -479,6 +495,7 @@ class SecureLayer:
             return
         s = Session(peer, r_index, index_i, got.keys, False, got.incarnation, addr, now)
         s.handshake_key = e_i
+        s.rtt = now - made  # from our WELCOME to this INITIATE
         self._remember(e_i, s, now)
         st.handshakes_accepted += 1
         self._install(s, now)
@@ -512,11 +529,17 @@ class SecureLayer:
                 self._previous[peer] = old
         self._current[peer] = s
         self._by_index[s.local_index] = s
-        self._arm(s, s.created + self._reject_after)
+        # Lifetimes stretch with the handshake's round trip, so that a new handshake always
+        # completes before the old session is refused, even on a very long path.
+        s.rekey_at = s.created + max(self._rekey_after, 8 * s.rtt)
+        s.reject_at = s.rekey_at + max(self._rekey_after / 2, 8 * s.rtt)
+        self._arm(s, min(s.reject_at, now + self._idle))
         self._on_path(peer, s.addr)
 
     def _drop(self, s: Session) -> None:
         s.alive = False
+        if s.handshake_key:
+            self._completed.pop(s.handshake_key, None)
         self._by_index.pop(s.local_index, None)
         if self._current.get(s.peer) is s:
             del self._current[s.peer]
@@ -544,20 +567,21 @@ class SecureLayer:
                 self._session_timer(obj, now)
 
     def _initiation_timer(self, init: _Initiation, now: float) -> None:
-        if now - init.started >= HANDSHAKE_GIVE_UP_S:
+        if now - init.last_used >= HANDSHAKE_GIVE_UP_S:
             self._end_pending(init)
             self.stats.handshakes_abandoned += 1
             return
         self.stats.hello_resends += 1
         self._control.append((init.hello(), init.addr))
         init.tries += 1
-        self._arm(init, now + min(HANDSHAKE_TIMEOUT_S * 2 ** (init.tries - 1),
+        self._arm(init, now + min(self._timeout * 2 ** (init.tries - 1),
                                   self._backoff_cap))
 
     def _session_timer(self, s: Session, now: float) -> None:
-        expiry = s.created + self._reject_after
+        expiry = min(s.reject_at,
+                     max(s.last_recv, s.last_sent) + max(self._idle, 4 * s.rtt))
         if now >= expiry:
-            self._drop(s)
+            self._drop(s)  # too old, or idle: the next datagram makes a new one
             self.stats.sessions_expired += 1
             return
         nxt = expiry
@@ -569,7 +593,7 @@ class SecureLayer:
             s.initiate_tries += 1
             self.stats.initiate_resends += 1
             self._control.append((s.initiate, s.addr))
-            nxt = min(nxt, now + min(HANDSHAKE_TIMEOUT_S * 2 ** s.initiate_tries,
+            nxt = min(nxt, now + min(self._timeout * 2 ** s.initiate_tries,
                                      self._backoff_cap))
         elif s.candidate is not None:
             if s.challenge_tries >= CHALLENGE_TRIES:

@@ -23,7 +23,8 @@ class Session:
     __slots__ = ("peer", "local_index", "remote_index", "seal", "open", "counter", "replay",
                  "addr", "candidate", "budget", "challenge", "challenge_tries", "initiator",
                  "incarnation", "created", "last_recv", "last_sent", "confirmed",
-                 "initiate", "initiate_tries", "timer_at", "alive", "next_send_at", "handshake_key")
+                 "initiate", "initiate_tries", "rtt", "unanswered", "rekey_at", "reject_at",
+                 "timer_at", "alive", "next_send_at", "handshake_key")
 
     def __init__(self, peer: str, local_index: int, remote_index: int,
                  keys: tuple[bytes, bytes], initiator: bool, incarnation: int, addr: Address,
@@ -51,6 +52,10 @@ class Session:
         self.confirmed = not initiator
         self.initiate = b""
         self.initiate_tries = 0
+        self.unanswered = 0  # datagrams sealed since the last one opened under the session
+        self.rekey_at = INF  # the initiator starts a new handshake from then on
+        self.reject_at = INF  # the session is dropped then
+        self.rtt = 0.0  # the handshake's round trip (an upper bound for the initiator)
         self.timer_at = INF
         self.next_send_at = INF  # the next INITIATE or path challenge resend
         self.alive = True
