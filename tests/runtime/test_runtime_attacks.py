@@ -1,0 +1,210 @@
+"""The attacks of issue 13 over real UDP: a hostile host on the same network (another
+loopback address) that knows only the node ids, or that sits on the path (a tapping relay).
+Each attack succeeds against nodes that opted out (``secure=False``): the tests show both."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+import a3m
+from a3m.exon import wire
+from a3m.exon.secure import packets
+
+SECRET = b"confidential-reading-"
+N = 2000
+
+
+def _attacker() -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.3", 0))
+    s.setblocking(False)
+    return s
+
+
+def _drain(s: socket.socket, seconds: float) -> int:
+    """Bytes the attacker's socket receives within ``seconds``."""
+    got = 0
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        if select.select([s], [], [], left)[0]:
+            try:
+                got += len(s.recv(65536))
+            except BlockingIOError:
+                pass
+    return got
+
+
+@contextmanager
+def _spoofing(target: tuple[str, int], datagrams: list[bytes], every_s: float
+              ) -> Iterator[socket.socket]:
+    """Send ``datagrams`` to ``target`` from the attacker's address every ``every_s``."""
+    s = _attacker()
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every_s):
+            for d in datagrams:
+                s.sendto(d, target)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    try:
+        yield s
+    finally:
+        stop.set()
+        th.join(5)
+        s.close()
+
+
+def _stream(a: a3m.Node, b: a3m.Node, n: int, timeout: float) -> int:
+    pull = b.socket(a3m.PULL, "in")
+    push = a.socket(a3m.PUSH, "out")
+    push.link(("beta", "in"))
+    got = 0
+    end = time.monotonic() + timeout
+
+    def send() -> None:
+        try:
+            for i in range(n):
+                push.send(SECRET + b"%d" % i, timeout=timeout)
+        except (a3m.Timeout, a3m.Closed):
+            pass  # a stalled stream (in clear, under attack): what arrived is counted
+
+    th = threading.Thread(target=send, daemon=True)
+    th.start()
+    while got < n and time.monotonic() < end:
+        try:
+            pull.recv(timeout=max(0.01, end - time.monotonic()))
+            got += 1
+        except a3m.Timeout:
+            break
+    th.join(timeout)
+    return got
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_spoofing_alpha_from_a_third_address(secure: bool) -> None:
+    """The issue's hijack: datagrams claiming ``src=alpha`` from 127.0.0.3 every 2 ms during
+    a stream, with two forged REQSLOTS (n = 0, a huge lowest slot) among them. In clear, the
+    attacker receives the stream's datagrams and the stream stalls; secure, it gets nothing
+    and every message arrives."""
+    opts = {"secure": secure, "peer_timeout_s": 60.0}
+    with a3m.Node("alpha", **opts) as a, a3m.Node("beta", **opts) as b:
+        a.associate("beta", b.address)
+        forged = [wire.encode_header("alpha", "beta") + wire.encode_reqslots(0, 0, 2**60)] * 2
+        with _spoofing(b.address, forged, 0.002) as attacker:
+            got = _stream(a, b, N, timeout=8.0 if secure else 3.0)
+            stolen = _drain(attacker, 0.3)
+        if secure:
+            assert got == N and stolen == 0
+            assert b.stats["exon"]["plain_refused"] > 0
+        else:
+            assert stolen > 0 or got < N  # the attack works on a node in clear
+
+
+class _Tap:
+    """A relay on the path (127.0.0.3) that forwards alpha's datagrams to beta and back, and
+    keeps a copy of each: it can read what crosses it and replay it."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.front = _attacker()
+        self.back = _attacker()
+        self.client: tuple[str, int] | None = None
+        self.seen: list[bytes] = []
+        self._stop = threading.Event()
+        self._th = threading.Thread(target=self._run, daemon=True)
+        self._th.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.front.getsockname()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            ready = select.select([self.front, self.back], [], [], 0.05)[0]
+            for s in ready:
+                try:
+                    data, src = s.recvfrom(65536)
+                except BlockingIOError:
+                    continue
+                self.seen.append(data)
+                if s is self.front:
+                    self.client = src
+                    self.back.sendto(data, self.target)
+                elif self.client is not None:
+                    self.front.sendto(data, self.client)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._th.join(5)
+        self.front.close()
+        self.back.close()
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_a_tap_on_the_path_reads_nothing_and_its_replays_are_dropped(secure: bool) -> None:
+    with a3m.Node("alpha", secure=secure) as a, a3m.Node("beta", secure=secure) as b:
+        tap = _Tap(b.address)
+        try:
+            a.associate("beta", tap.address)
+            assert _stream(a, b, 300, timeout=10.0) == 300
+            seen = list(tap.seen)
+            clear = sum(SECRET in d for d in seen)
+            if not secure:
+                assert clear > 0  # the stream in clear is readable on the path
+                return
+            assert seen and clear == 0
+            replayer = _attacker()
+            for d in seen:
+                replayer.sendto(d, b.address)  # from another address
+                tap.back.sendto(d, b.address)  # and from the one beta knows
+            replayer.close()
+            time.sleep(0.5)
+            st = b.stats["exon"]
+            assert st["replayed"] + st["hellos_answered"] + st["handshake_repeats"] >= len(seen)
+            assert st["paths_validated"] == 0 and st["delivered"] >= 300
+        finally:
+            a.close(timeout=5)  # through the tap, while it still forwards
+            tap.close()
+
+
+def test_forged_slot_requests_from_made_up_ids_keep_no_state_and_get_no_answer() -> None:
+    """The issue's flood: 20 000 REQSLOTS from made-up node ids. In clear they made a receive
+    record each and were each answered (a reflector); secure, none is kept or answered."""
+    with a3m.Node("beta") as b:
+        attacker = _attacker()
+        for i in range(20_000):
+            attacker.sendto(wire.encode_header(f"ghost-{i}", "beta")
+                            + wire.encode_reqslots(0, 4, 0), b.address)
+            if i % 500 == 0:
+                time.sleep(0.001)  # within the kernel's receive buffer
+        answers = _drain(attacker, 1.0)
+        attacker.close()
+        exon = b.stats["exon"]
+        assert answers == 0
+        assert b._proto.record_counts() == (0, 0)
+        assert exon["plain_refused"] > 10_000 and exon["recv_records_created"] == 0
+
+
+def test_a_forged_handshake_flood_is_answered_small_and_keeps_no_state() -> None:
+    with a3m.Node("beta", handshake_rate=50.0) as b:
+        attacker = _attacker()
+        hello = bytes((packets.VERSION, packets.HELLO, 0)) + bytes(32) + b"\0\0\0\1"
+        hello += bytes(packets.HELLO_SIZE - len(hello))
+        for i in range(2_000):
+            attacker.sendto(hello[:-4] + i.to_bytes(4, "big"), b.address)
+        time.sleep(0.5)
+        exon = b.stats["exon"]
+        attacker.close()
+        sec = b._proto.secure
+        assert sec is not None and sec.session_count() == 0 and sec.pending_count() == 0
+        assert exon["retries_sent"] + exon["hellos_answered"] + exon["handshake_failed"] > 1000
+        assert exon["hellos_answered"] <= 60  # the rate: beyond it, address tokens only
