@@ -8,19 +8,15 @@ import time
 from typing import Any
 
 from a3m.benchmarks.transport import SEQ
-
-
-def _net(check: bool) -> dict[str, Any]:
-    # Through the relay (check=True) the relay stands for a real network: 1400-byte datagrams.
-    return {"loopback_datagram_size": 0} if check else {}
+from a3m.benchmarks.transport import net_options as _net
 
 
 def pull_receiver(ready: Any, results: Any, messages: int, size: int, check: bool = False,
-                  batch: int = 0, **_: Any) -> None:
+                  batch: int = 0, secure: bool = True, **_: Any) -> None:
     import a3m
 
     try:
-        with a3m.Node("bench-rx", **_net(check)) as node:
+        with a3m.Node("bench-rx", **_net(check, secure)) as node:
             # capacity: credits per link (ZeroMQ's HWM is 1000); 4096 keeps loopback busy
             pull = node.socket(a3m.PULL, "sink", capacity=4096)
             ready.put(node.address)
@@ -70,11 +66,11 @@ def pull_receiver(ready: Any, results: Any, messages: int, size: int, check: boo
 
 
 def push_sender(address: Any, results: Any, messages: int, size: int, check: bool = False,
-                batch: int = 0, **_: Any) -> None:
+                batch: int = 0, secure: bool = True, **_: Any) -> None:
     import a3m
 
     try:
-        with a3m.Node("bench-tx", **_net(check)) as node:
+        with a3m.Node("bench-tx", **_net(check, secure)) as node:
             node.associate("bench-rx", tuple(address))
             push = node.socket(a3m.PUSH, "source")
             push.link("bench-rx/sink")

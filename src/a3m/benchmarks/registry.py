@@ -7,6 +7,7 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial, update_wrapper
 from typing import Any
 
 from a3m.benchmarks import peers
@@ -33,6 +34,18 @@ THROUGHPUT_BASELINES = (
     ("pyzmq", "zmq", peers.zmq_receiver, peers.zmq_sender),
     ("pynng", "pynng", peers.nng_receiver, peers.nng_sender),
 )
+
+
+#: The baseline that runs A3M itself with ``secure=False`` (the opt-out), same parameters.
+INSECURE = "a3m_insecure"
+
+
+def _opted_out(side: Side) -> Side:
+    return update_wrapper(partial(side, secure=False), side)
+
+
+def _insecure(receiver: Side, sender: Side) -> tuple[str, str, Side, Side]:
+    return (INSECURE, "a3m", _opted_out(receiver), _opted_out(sender))
 
 
 def register(workload: Workload) -> None:
@@ -76,8 +89,10 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
                 continue
             n = messages if bname != "pynng" else min(messages, 50_000)  # NNG is ~20 k msg/s
             progress(f"{name}: baseline {bname}, {n} x {size} B")
+            # A3M's own opt-out runs exactly as A3M did (batch included); peers one at a time.
+            bparams = dict(params) if bname == INSECURE else {"messages": n, "size": size}
             try:
-                r, t = run_pair(brx, btx, {"messages": n, "size": size}, placement=placement)
+                r, t = run_pair(brx, btx, bparams, placement=placement)
             except WorkerFailed as exc:
                 base[bname] = {"error": str(exc)}
                 continue
@@ -93,6 +108,11 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
         result["vs_raw_udp"] = round(result["msgs_per_s"] / base["raw_udp"]["msgs_per_s"], 3)
     if wl.metric == "latency" and base.get("pyzmq", {}).get("p50_us"):
         result["p50_vs_pyzmq"] = round(result["p50_us"] / base["pyzmq"]["p50_us"], 3)
+    clear = base.get(INSECURE, {})
+    if wl.metric != "latency" and clear.get("msgs_per_s"):
+        result["vs_insecure"] = round(result["msgs_per_s"] / clear["msgs_per_s"], 3)
+    if wl.metric == "latency" and clear.get("p50_us"):
+        result["p50_vs_insecure"] = round(result["p50_us"] / clear["p50_us"], 3)
     result["elapsed_s"] = round(time.perf_counter() - t0, 2)
     result["machine"] = machine()
     return result
@@ -102,20 +122,23 @@ def _transport() -> None:
     from a3m.benchmarks import transport
 
     register(Workload("transport", transport.exon_receiver, transport.exon_sender,
-                      baselines=THROUGHPUT_BASELINES))
+                      baselines=(_insecure(transport.exon_receiver, transport.exon_sender),
+                                 *THROUGHPUT_BASELINES)))
 
 
 def _pushpull() -> None:
     from a3m.benchmarks import pushpull
 
     register(Workload("pushpull", pushpull.pull_receiver, pushpull.push_sender,
-                      baselines=THROUGHPUT_BASELINES))
+                      baselines=(_insecure(pushpull.pull_receiver, pushpull.push_sender),
+                                 *THROUGHPUT_BASELINES)))
 
 
 def _reqrep() -> None:
     from a3m.benchmarks import reqrep as rr
 
     register(Workload("reqrep", rr.a3m_server, rr.a3m_client, metric="latency", baselines=(
+        _insecure(rr.a3m_server, rr.a3m_client),
         ("raw_udp", "socket", rr.udp_server, rr.udp_client),
         ("pyzmq", "zmq", rr.zmq_server, rr.zmq_client),
         ("pynng", "pynng", rr.nng_server, rr.nng_client))))

@@ -10,6 +10,8 @@ import struct
 import time
 from typing import Any
 
+from a3m.benchmarks.transport import net_options
+
 SEQ = struct.Struct(">Q")
 MAX_ROUND_TRIPS = 20_000
 
@@ -32,11 +34,11 @@ def latency_report(samples: list[float], **extra: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------ A3M
 
 def a3m_server(ready: Any, results: Any, messages: int, size: int, check: bool = False,
-               **_: Any) -> None:
+               secure: bool = True, **_: Any) -> None:
     import a3m
 
     try:
-        net = {"loopback_datagram_size": 0} if check else {}
+        net = net_options(check, secure)
         with a3m.Node("bench-rep", **net) as node:
             rep = node.socket(a3m.REP, "rep")
             ready.put(node.address)
@@ -64,11 +66,11 @@ def a3m_server(ready: Any, results: Any, messages: int, size: int, check: bool =
 
 
 def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool = False,
-               **_: Any) -> None:
+               secure: bool = True, **_: Any) -> None:
     import a3m
 
     try:
-        net = {"loopback_datagram_size": 0} if check else {}
+        net = net_options(check, secure)
         with a3m.Node("bench-req", **net) as node:
             node.associate("bench-rep", tuple(address))
             req = node.socket(a3m.REQ, "req")

@@ -10,14 +10,14 @@ SEQ = struct.Struct(">Q")
 
 
 def exon_receiver(ready: Any, results: Any, messages: int, size: int,
-                  check: bool = False, **_: Any) -> None:
+                  check: bool = False, secure: bool = True, **_: Any) -> None:
     """Receive ``messages``; with ``check``, audit each one's sequence number."""
     from a3m.exon import Endpoint
 
     try:
         # Through the relay (check=True) the relay stands for a real network: 1400-byte
         # datagrams, not loopback's 64 KiB.
-        with Endpoint("bench-rx", **_net_options(check)) as ep:
+        with Endpoint("bench-rx", **net_options(check, secure)) as ep:
             ready.put(ep.address)
             seen: dict[int, int] = {}
             got = 0
@@ -61,16 +61,20 @@ def exon_receiver(ready: Any, results: Any, messages: int, size: int,
         results.put({"side": "receiver", "error": repr(exc)})
 
 
-def _net_options(check: bool) -> dict[str, Any]:
-    return {"loopback_datagram_size": 0} if check else {}
+def net_options(check: bool, secure: bool = True) -> dict[str, Any]:
+    """Node options: through the relay (``check``) 1400-byte datagrams; ``secure=False``: the
+    opt-out, measured beside the secure default in the same run."""
+    opts: dict[str, Any] = {"loopback_datagram_size": 0} if check else {}
+    opts["secure"] = secure
+    return opts
 
 
 def exon_sender(address: Any, results: Any, messages: int, size: int,
-                check: bool = False, **_: Any) -> None:
+                check: bool = False, secure: bool = True, **_: Any) -> None:
     from a3m.exon import Endpoint
 
     try:
-        with Endpoint("bench-tx", **_net_options(check)) as ep:
+        with Endpoint("bench-tx", **net_options(check, secure)) as ep:
             ep.associate("bench-rx", tuple(address))
             pad = b"e" * max(0, size - SEQ.size)
             t0 = time.perf_counter()
