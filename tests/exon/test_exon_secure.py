@@ -9,6 +9,7 @@ import struct
 import tracemalloc
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -281,11 +282,17 @@ def test_golden_handshake_vectors() -> None:
     assert msg2.hex()[:64] == GOLDEN_MSG2_PREFIX
     assert msg3.hex()[:64] == GOLDEN_MSG3_PREFIX
     assert keys[0].hex()[:16] == GOLDEN_K1_PREFIX
+    inner = wire.encode_header("alpha", "beta") + wire.encode_token(1000, 7, b"hi")
+    hdr = packets.SEALED_HDR.pack(packets.VERSION, packets.DATA, 9, 0)
+    sealed = hdr + ChaCha20Poly1305(keys[0]).encrypt(bytes(12), inner, hdr)
+    assert sealed.hex() == GOLDEN_DATA
 
 
 GOLDEN_MSG2_PREFIX = "675dd574ed7789310b3d2e7681f3790b466c773b1521fecf36577958371ea52f"
 GOLDEN_MSG3_PREFIX = "1dc00df062a51249321a8f8349c312567dc00ed837b5fc3fa4c72162d39a4973"
 GOLDEN_K1_PREFIX = "dff3528565acdc10"
+GOLDEN_DATA = ("04050000000900000000000000009ab0f943764f5e3c7a6d3b3d57bbdbf79b0093858c39778999"
+               "c94c82e11c641e261ea9d0233f97651f197eb886c6c9fb0c6386")
 
 
 def test_the_replay_window() -> None:
