@@ -17,7 +17,7 @@ from a3m.exon import ExonConfig, wire
 from a3m.exon.events import KeyRefused
 from a3m.exon.secure import NodeKey, TrustStore, packets
 from a3m.exon.secure import handshake as hs
-from a3m.exon.secure.replay import WINDOW, ReplayWindow
+from a3m.exon.secure.replay import WINDOW
 
 from .secure_net import SecureNet
 
@@ -296,13 +296,26 @@ GOLDEN_DATA = ("04050000000900000000000000009ab0f943764f5e3c7a6d3b3d57bbdbf79b00
 
 
 def test_the_replay_window() -> None:
-    w = ReplayWindow()
-    for c in (0, 1, 5, 3):
-        assert w.fresh(c)
-        w.mark(c)
-    assert not w.fresh(3) and not w.fresh(5) and w.fresh(4) and w.fresh(2)
-    w.mark(10_000)
-    assert not w.fresh(10_000 - WINDOW) and w.fresh(10_000 - WINDOW + 1)
+    net = SecureNet("a", "b")
+    net.send("a", "b", b"x")
+    assert net.run(2, lambda: net.got("b") == [b"x"])
+    sa, b = net.nodes["a"].secure, net.nodes["b"]
+    assert sa is not None
+    s = sa._current["b"]
+    base = s.counter
+
+    def deliver(offset: int) -> bool:
+        """Seal a keepalive with counter base + offset; True if b took it."""
+        s.counter = base + offset
+        before = b.stats.replayed
+        b.receive_datagram(sa._seal(s, packets.DATA, b"", net.now), "a@0", net.now)
+        return b.stats.replayed == before
+
+    assert [deliver(o) for o in (0, 1, 5, 3)] == [True] * 4
+    assert [deliver(o) for o in (3, 5, 4, 2, 2)] == [False, False, True, True, False]
+    assert deliver(10_000)
+    assert not deliver(10_000 - WINDOW) and deliver(10_000 - WINDOW + 1)
+    assert not deliver(10_000 - WINDOW + 1)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
