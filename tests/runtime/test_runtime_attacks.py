@@ -208,3 +208,24 @@ def test_a_forged_handshake_flood_is_answered_small_and_keeps_no_state() -> None
         assert sec is not None and sec.session_count() == 0 and sec.pending_count() == 0
         assert exon["retries_sent"] + exon["hellos_answered"] + exon["handshake_failed"] > 1000
         assert exon["hellos_answered"] <= 60  # the rate: beyond it, address tokens only
+
+
+def test_a_refused_key_is_logged_with_what_to_do(caplog: pytest.LogCaptureFixture) -> None:
+    from a3m.exon.secure import NodeKey
+
+    a, b = a3m.Node("alpha", key=NodeKey(bytes(32 * [1]))), a3m.Node("beta")
+    try:
+        b.associate("alpha", a.address, public_key=NodeKey(bytes(32 * [2])).public)
+        a.associate("beta", b.address)
+        push = a.socket(a3m.PUSH, "out")
+        b.socket(a3m.PULL, "in")
+        push.link(("beta", "in"))
+        with caplog.at_level("WARNING"):
+            deadline = time.monotonic() + 5
+            while b.stats["exon"]["key_refused"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert b.stats["exon"]["key_refused"] >= 1 and not push.wait_linked(timeout=0.2)
+        assert any("refused a handshake as 'alpha'" in r.getMessage() for r in caplog.records)
+    finally:
+        a.close(timeout=0.5)  # its LINK can never be delivered: no clean close to wait for
+        b.close(timeout=5)

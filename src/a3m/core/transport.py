@@ -5,12 +5,14 @@ the simulator's host over the simulated network, so both behave alike by constru
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from a3m.core.node_core import NodeCore
 from a3m.errors import Closed, WouldBlock
 from a3m.exon.events import (
     Delivered,
     Event,
+    KeyRefused,
     NotDelivered,
     OutcomeUnknown,
     PeerReachable,
@@ -26,9 +28,12 @@ class ExonBridge:
     core's credits bound it, so nothing is dropped to make room.
     """
 
-    def __init__(self, core: NodeCore, proto: ExonProtocol) -> None:
+    def __init__(self, core: NodeCore, proto: ExonProtocol,
+                 on_key_refused: Callable[[str, bytes], None] | None = None) -> None:
         self.core = core
         self.proto = proto
+        #: Told of each handshake refused for its key (the runtime logs it).
+        self.on_key_refused = on_key_refused
         core.rtt = proto.srtt
         self.outbox: deque[tuple[str, bytes]] = deque()
         self.peers_unreachable = 0  # PeerUnreachable events handled (links ended)
@@ -55,6 +60,8 @@ class ExonBridge:
                     events.extend(proto.drain_events())  # what abandon() reported
                 elif type(ev) is PeerReachable:
                     self.peers_reachable += 1
+                elif type(ev) is KeyRefused and self.on_key_refused is not None:
+                    self.on_key_refused(ev.peer, ev.key)
         finally:
             proto.consumed(nbytes)  # the core's credits bound what it keeps
 

@@ -17,6 +17,7 @@ from a3m.exon.discovery import Resolver, StaticDiscovery
 from a3m.exon.events import (
     Delivered,
     Event,
+    KeyRefused,
     NotDelivered,
     OutcomeUnknown,
     ReceiptReady,
@@ -26,7 +27,7 @@ from a3m.exon.secure import format_public_key
 from a3m.runtime.clock_store import FileClockStore, WallClockStore
 from a3m.runtime.discovery_file import FileDiscovery
 from a3m.runtime.driver import Driver
-from a3m.runtime.identity import node_key
+from a3m.runtime.identity import node_key, warn_key_refused
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -101,6 +102,7 @@ class Endpoint:
         # Messages given up with abandon() before they ever wholly left (NotDelivered).
         self._not_delivered: deque[tuple[str, bytes, int | None]] = deque(maxlen=65536)
         self._closed = False
+        self._warn_key = warn_key_refused(self.id)
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}",
                               busy_poll_s=config.busy_poll_s)
 
@@ -321,4 +323,6 @@ class Endpoint:
                 self._not_delivered.append((ev.destination, ev.payload, ev.receipt_id))
                 if ev.receipt_id is not None:
                     self._unknown_receipts.add(ev.receipt_id)
+            elif type(ev) is KeyRefused:
+                self._warn_key(ev.peer, ev.key)
             # PeerUnreachable / PeerReachable: counted in stats, listed by unreachable_peers()

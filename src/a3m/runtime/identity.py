@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,15 @@ def node_key(key: Any, key_file: str | os.PathLike[str] | None,
             log.warning("cannot keep the key of node %r in %s (%s): its key lasts for this "
                         "process only", node_id, path, exc)
     return NodeKey.generate(os.urandom)
+
+
+def warn_key_refused(node_id: str) -> Callable[[str, bytes], None]:
+    """A handler for refused keys that says what happened and what to do about it."""
+
+    def warn(peer: str, key: bytes) -> None:
+        log.warning("node %r refused a handshake as %r: key %s is not the one pinned for it or "
+                    "first seen with it (a different node, or %r lost its key file); pin the "
+                    "right key with associate(..., public_key=...)", node_id, peer, key.hex(),
+                    peer)
+
+    return warn

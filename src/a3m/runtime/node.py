@@ -28,7 +28,7 @@ from a3m.exon.secure import format_public_key
 from a3m.patterns import BUILTIN
 from a3m.runtime.driver import Driver
 from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
-from a3m.runtime.identity import node_key
+from a3m.runtime.identity import node_key, warn_key_refused
 
 if TYPE_CHECKING:
     from a3m.journal import NodeJournal
@@ -130,7 +130,7 @@ class Node:
 
             self.journal = NodeJournal(journal, self.id)
             self._core.observer = self.journal
-        self._bridge = ExonBridge(self._core, self._proto)
+        self._bridge = ExonBridge(self._core, self._proto, warn_key_refused(self.id))
         self._sockets: dict[str, Socket] = {}
         self._listeners: list[Callable[[], None]] = []
         self._closed = False
