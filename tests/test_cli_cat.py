@@ -79,3 +79,24 @@ def test_mistakes_are_said_plainly() -> None:
     assert r.returncode == 1 and "no link" in r.stderr and time.monotonic() - t0 < 30
     r = subprocess.run([*A3M, "recv", "--echo"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "REP, ROUTER or RESPONDENT" in r.stderr
+
+
+def test_a_pinned_key_from_a3m_key_admits_its_node_and_no_other(tmp_path: object) -> None:
+    """``a3m key`` prints a node's public key; ``--pin`` makes it the only key for that id."""
+    key = subprocess.run([*A3M, "key", "sink"], capture_output=True, text=True, timeout=60)
+    assert key.returncode == 0 and len(key.stdout.strip()) == 64
+    port = free_port()
+    rx = receiver("--node", "sink", "--bind", f"127.0.0.1:{port}", "--count", "1",
+                  "--timeout", "30")
+    ok = send("--node", "src", "--peer", f"sink=127.0.0.1:{port}", "--link", "sink/cat",
+              "--pin", f"sink={key.stdout.strip()}", "--data", "to the real sink")
+    assert ok.returncode == 0, ok.stderr
+    out, _ = rx.communicate(timeout=30)
+    assert out == "to the real sink\n"
+    rx = receiver("--node", "sink", "--bind", f"127.0.0.1:{port}", "--count", "1",
+                  "--timeout", "5", "--key-file", f"{tmp_path}/other.key")  # an impostor
+    refused = send("--node", "src", "--peer", f"sink=127.0.0.1:{port}", "--link", "sink/cat",
+                   "--pin", f"sink={key.stdout.strip()}", "--data", "x", "--link-timeout", "2")
+    assert refused.returncode != 0 and "refused a handshake as 'sink'" in refused.stderr
+    rx.kill()
+    rx.communicate(timeout=30)

@@ -51,6 +51,13 @@ def _common(p: argparse.ArgumentParser, kind: str, default_tag: str) -> None:
                         "send on")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="a socket option (integers and floats are converted)")
+    p.add_argument("--pin", action="append", default=[], metavar="NODE=KEY",
+                   help="only this public key (64 hex digits, `a3m key NODE`) may speak as "
+                        "NODE (repeatable)")
+    p.add_argument("--key-file", help="this node's key file (default: the user's key "
+                   "directory when --node is given, else a key for this run only)")
+    p.add_argument("--insecure", action="store_true", help="no encryption nor "
+                   "authentication (the peer must opt out too): trusted networks only")
 
 
 def add_send_arguments(p: argparse.ArgumentParser) -> None:
@@ -83,14 +90,23 @@ def _option_value(text: str) -> Any:
 def _open(args: argparse.Namespace) -> tuple[Any, Any]:
     import a3m
 
-    node = a3m.Node(args.node, bind=args.bind)
+    node = a3m.Node(args.node, bind=args.bind, key_file=args.key_file,
+                    secure=not args.insecure)
     try:
+        pins: dict[str, str] = {}
+        for spec in args.pin:
+            name, eq, key = spec.partition("=")
+            if not name or not eq:
+                raise a3m.UsageError(f"--pin wants NODE=KEY, not {spec!r}")
+            pins[name] = key
         for spec in args.peer:
             name, _, where = spec.partition("=")
             host, _, port = where.rpartition(":")
             if not name or not host or not port.isdigit():
                 raise a3m.UsageError(f"--peer wants NODE=HOST:PORT, not {spec!r}")
-            node.associate(name, (host, int(port)))
+            node.associate(name, (host, int(port)), pins.pop(name, None))
+        if pins:
+            raise a3m.UsageError(f"--pin {next(iter(pins))}=...: give its address with --peer")
         options = {}
         for spec in args.option:
             name, eq, value = spec.partition("=")

@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "(PUSH, PUB, REQ, ...); replies to stdout"),
     "recv": ("a3m.cli.cat", "print the messages a socket receives (PULL, SUB, REP, ...) to "
              "stdout, raw, quoted or as JSON lines"),
+    "key": ("a3m.cli.key", "a node's public key (from its key file, made if missing), to "
+            "pin it on other nodes"),
 }
 
 
