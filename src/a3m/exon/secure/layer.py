@@ -582,6 +582,10 @@ class SecureLayer:
                 self._initiation_timer(obj, now)
             else:
                 self._session_timer(obj, now)
+        live = len(self._by_index) + len(self._pending)
+        if len(timers) > 64 and len(timers) > 4 * live:  # drop the stale entries
+            self._timers = [e for e in timers if e[2].alive and e[2].timer_at == e[0]]
+            heapq.heapify(self._timers)
 
     def _initiation_timer(self, init: _Initiation, now: float) -> None:
         if now - init.last_used >= HANDSHAKE_GIVE_UP_S:
