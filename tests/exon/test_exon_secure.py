@@ -328,3 +328,29 @@ def test_fuzzed_secure_datagrams_are_counted_never_raised(kind: int, body: bytes
     b.datagrams_to_send(0.0)
     b.handle_timer(1.0)
     assert b.record_counts() == (0, 0) and b.secure.session_count() == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 7)), min_size=1,
+                      max_size=4),
+       pick=st.integers(0, 10_000), cut=st.integers(0, 600))
+def test_mutated_real_datagrams_mid_stream_are_dropped_and_the_stream_goes_on(
+        flips: list[tuple[int, int]], pick: int, cut: int) -> None:
+    """Every kind of datagram a real exchange made (HELLO, WELCOME, INITIATE, DATA), with bits
+    flipped or cut short, fed to both nodes from their peer's address and another one while
+    the stream runs: nothing raises, nothing is delivered twice or invented."""
+    net = SecureNet("a", "b")
+    stream(net, 30)
+    assert net.run(5, lambda: len(net.got("b")) == 30)
+    real = [d for _, _, d in net.tap]
+    for i, (pos, bit) in enumerate(flips):
+        d = bytearray(real[(pick + i) % len(real)])
+        d[pos % len(d)] ^= 1 << bit
+        bad = bytes(d[:max(1, len(d) - cut % (len(d) + 1))]) if i % 2 else bytes(d)
+        for node, src in (("b", "a@0"), ("a", "b@0"), ("b", "evil@9")):
+            net.inject(bad, src, node)
+    stream(net, 30, tag=b"n")
+    assert net.run(10, lambda: len(net.got("b")) == 60 and net.nodes["a"].in_flight() == 0)
+    assert sorted(net.got("b")) == sorted([b"m%d" % i for i in range(30)]
+                                          + [b"n%d" % i for i in range(30)])
+    assert net.nodes["b"].address_of("a") == "a@0"
