@@ -9,20 +9,18 @@ into what to send, starting a handshake when there is no session yet. Rules and 
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import hmac
 import struct
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from a3m.exon.events import Event, KeyRefused
 from a3m.exon.secure import handshake as hs
 from a3m.exon.secure import packets as p
+from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
 from a3m.exon.secure.keys import KEY_BYTES, NodeKey
 from a3m.exon.secure.noise import HandshakeError, SymmetricState
 from a3m.exon.secure.replay import WINDOW as REPLAY_WINDOW
@@ -34,12 +32,6 @@ Address = Hashable
 #: The first HELLO, INITIATE and path-challenge resend when the config does not say
 #: (``rto_initial_s``, the first exchange's probe timeout); each later one doubles it.
 HANDSHAKE_TIMEOUT_S = 0.2
-#: A cookie or an address token is honoured this long after it was made (the longest round
-#: trip a handshake can complete over).
-COOKIE_LIFETIME_S = 120.0
-#: The secret that seals cookies and tokens is replaced this often; the two before it stay,
-#: so every secret lives at least COOKIE_LIFETIME_S.
-SECRET_ROTATION_S = COOKIE_LIFETIME_S / 2
 #: A pending handshake nothing was queued on for this long is given up (as long as a cookie
 #: lives: a WELCOME can take that long to come back).
 HANDSHAKE_GIVE_UP_S = COOKIE_LIFETIME_S
@@ -61,11 +53,9 @@ MAX_PENDING = 65536
 _NONCE = struct.Struct(">4xQ").pack
 _SEALED_PACK = p.SEALED_HDR.pack
 _SEALED_UNPACK = p.SEALED_HDR.unpack_from
-_TS = struct.Struct(">d")
 _VERSION = p.VERSION
 _DATA = p.DATA
 _REPLAY_MASK = (1 << REPLAY_WINDOW) - 1
-_COOKIE_PT = struct.Struct(">32sId")  # responder e (private), responder index, time made
 
 
 class _Initiation:
@@ -135,8 +125,7 @@ class SecureLayer:
         self._control: list[tuple[bytes, Address]] = []
         self._timers: list[tuple[float, int, Session | _Initiation]] = []
         self._seq = 0
-        self._secrets: list[bytes] = []
-        self._rotated_at = -INF
+        self._jar = CookieJar(entropy)
 
     # ------------------------------------------------------------------ queries
 
@@ -347,15 +336,6 @@ class SecureLayer:
         self._arm(init, now + self._timeout)
         return init
 
-    def _secret(self, now: float) -> list[bytes]:
-        if now - self._rotated_at >= SECRET_ROTATION_S:
-            self._secrets = [self._entropy(32)] + self._secrets[:2]
-            self._rotated_at = now
-        return self._secrets
-
-    def _token(self, secret: bytes, addr_b: bytes, e: bytes, index: bytes, ts: bytes) -> bytes:
-        return ts + hmac.new(secret, addr_b + e + index + ts, hashlib.sha256).digest()[:16]
-
     def _on_hello(self, data: bytes | memoryview, addr: Address, now: float) -> None:
         st = self.stats
         if len(data) < p.HELLO_SIZE:
@@ -368,14 +348,9 @@ class SecureLayer:
         at = 3 + tlen
         e_i = bytes(data[at:at + KEY_BYTES])
         index_b = bytes(data[at + KEY_BYTES:at + KEY_BYTES + 4])
-        addr_b = _addr_bytes(addr)
-        secrets = self._secret(now)
+        bound = _addr_bytes(addr) + e_i + index_b
         if tlen:
-            token = bytes(data[3:at])
-            (ts,) = _TS.unpack_from(token)
-            if not (0 <= now - ts <= COOKIE_LIFETIME_S and any(
-                    hmac.compare_digest(token, self._token(k, addr_b, e_i, index_b, token[:8]))
-                    for k in secrets)):
+            if not self._jar.token_ok(bytes(data[3:at]), bound, now):
                 st.token_invalid += 1
                 return
         else:
@@ -384,7 +359,7 @@ class SecureLayer:
             if self._bucket < 1.0:
                 # Busy: prove your address first (a RETRY is smaller than the HELLO).
                 st.retries_sent += 1
-                token = self._token(secrets[0], addr_b, e_i, index_b, _TS.pack(now))
+                token = self._jar.token(bound, now)
                 self._control.append((p.RETRY_HDR.pack(p.VERSION, p.RETRY,
                                                        *hs.INDEX.unpack(index_b)) + token, addr))
                 return
@@ -395,9 +370,7 @@ class SecureLayer:
         (index_i,) = hs.INDEX.unpack(index_b)
         e = NodeKey.generate(self._entropy)
         r_index = int.from_bytes(self._entropy(4), "big")
-        nonce = self._entropy(12)
-        cookie = nonce + ChaCha20Poly1305(secrets[0]).encrypt(
-            nonce, _COOKIE_PT.pack(e.private, r_index, now), addr_b + e_i + index_b)
+        cookie = self._jar.seal(e.private, r_index, bound, now)
         try:
             _, msg2 = hs.respond(self.key, self.id, e, e_i, index_i, r_index, self.incarnation,
                                  cookie)
@@ -468,21 +441,11 @@ class SecureLayer:
         _, _, index_i = p.INITIATE_HDR.unpack_from(data)
         e_i = bytes(data[head:head + KEY_BYTES])
         cookie = bytes(data[head + KEY_BYTES:head + KEY_BYTES + hs.COOKIE_BYTES])
-        aad = _addr_bytes(addr) + e_i + hs.INDEX.pack(index_i)
-        opened = None
-        for secret in self._secret(now):
-            try:
-                opened = ChaCha20Poly1305(secret).decrypt(cookie[:12], cookie[12:], aad)
-                break
-            except InvalidTag:
-                continue
+        opened = self._jar.open(cookie, _addr_bytes(addr) + e_i + hs.INDEX.pack(index_i), now)
         if opened is None:
             st.cookie_invalid += 1  # forged, from another address, or too old
             return
-        e_priv, r_index, made = _COOKIE_PT.unpack(opened)
-        if not 0 <= now - made <= COOKIE_LIFETIME_S:
-            st.cookie_invalid += 1
-            return
+        e_priv, r_index, made = opened
         done = self._completed.get(e_i)
         if done is not None:
             # A repeat: our first answer under the session was lost. Answer under it again.
