@@ -701,3 +701,18 @@ def test_aio_a_cancelled_recv_loses_nothing_and_a_cancelled_send_sends_nothing()
                 await pull.recv(timeout=0.3)  # the cancelled send did not happen
 
     run(main)
+
+
+def test_a_pinned_key_through_the_asyncio_api() -> None:
+    async def main() -> None:
+        async with a3m.aio.Node("k-src", trust="strict") as src, a3m.aio.Node("k-dst") as dst:
+            assert dst.public_key is not None and len(dst.public_key) == 64
+            src.associate("k-dst", dst.sync.address, public_key=dst.public_key)
+            dst.associate("k-src", src.sync.address)
+            pull = dst.socket(a3m.PULL, "in")
+            push = src.socket(a3m.PUSH, "out")
+            push.link(("k-dst", "in"))
+            await push.send(b"pinned", timeout=OP_S)
+            assert await pull.recv(timeout=OP_S) == b"pinned"
+
+    run(main)

@@ -42,8 +42,14 @@ class Node:
     def address(self) -> tuple[str, int]:
         return self.sync.address
 
-    def associate(self, node_id: str, address: Any) -> None:
-        self.sync.associate(node_id, address)
+    def associate(self, node_id: str, address: Any, public_key: str | bytes | None = None
+                  ) -> None:
+        self.sync.associate(node_id, address, public_key)
+
+    @property
+    def public_key(self) -> str | None:
+        """This node's long-term public key (``a3m.Node.public_key``)."""
+        return self.sync.public_key  # type: ignore[no-any-return]
 
     def register_socket_type(self, name: str, factory: Callable[..., Any]) -> None:
         self.sync.register_socket_type(name, factory)
