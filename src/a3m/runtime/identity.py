@@ -95,9 +95,14 @@ def node_key(key: Any, key_file: str | os.PathLike[str] | None,
 
 
 def warn_key_refused(node_id: str) -> Callable[[str, bytes], None]:
-    """A handler for refused keys that says what happened and what to do about it."""
+    """A handler for refused keys that says what happened and what to do about it, once per
+    peer and key (the refused side keeps trying: its handshakes are refused every time)."""
+    said: set[tuple[str, bytes]] = set()
 
     def warn(peer: str, key: bytes) -> None:
+        if (peer, key) in said or len(said) > 1024:
+            return
+        said.add((peer, key))
         log.warning("node %r refused a handshake as %r: key %s is not the one pinned for it or "
                     "first seen with it (a different node, or %r lost its key file); pin the "
                     "right key with associate(..., public_key=...)", node_id, peer, key.hex(),
