@@ -48,7 +48,9 @@ def rows_until(reader: A3MStreamReader, start: dict[str, int], n: int) -> list[A
         if end["offset"] - start["offset"] >= n or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    return [row for part in reader.partitions(start, end) for row in reader.read(part)]
+    # read() yields Arrow record batches (columns in the schema's order): rows as tuples here
+    return [row for part in reader.partitions(start, end) for batch in reader.read(part)
+            for row in zip(*(col.to_pylist() for col in batch.columns), strict=True)]
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ from pyspark.sql.types import StructType
 SCHEMA_DDL = ("node string, socket string, payload binary, received_at timestamp, "
               "topic binary, offset long")
 ROWS_PER_PARTITION = 50_000
+READ_COLUMNS = ["node", "socket", "payload", "received_at", "topic", "offset"]  # SCHEMA_DDL
 
 
 def _opt(options: Any, name: str, default: str | None = None) -> str | None:
@@ -155,13 +156,16 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return parts
 
     def read(self, partition: SpoolPartition) -> Any:
+        """The partition's rows as Arrow record batches, in the schema's column order: Spark
+        takes them without turning each row into Python objects (about 10x faster than
+        yielding tuples: bench/source_rate.py)."""
+        import pyarrow as pa
         import pyarrow.ipc as ipc
 
-        table = ipc.open_stream(partition.data).read_all()
-        for row in table.select(["node", "socket", "payload", "received_at", "topic",
-                                 "offset"]).to_pylist():
-            yield (row["node"], row["socket"], row["payload"], row["received_at"],
-                   row["topic"], row["offset"])
+        table = ipc.open_stream(partition.data).read_all().select(READ_COLUMNS)
+        # Spark's schema has every column nullable; the spool's says which never are.
+        nullable = pa.schema([f.with_nullable(True) for f in table.schema])
+        yield from table.cast(nullable).to_batches()
 
     def commit(self, end: dict[str, int]) -> None:
         from a3m.spark import collector
