@@ -6,6 +6,7 @@ A first look at where the pipeline's ceiling is (issue 15, item 4): the demo's o
 batch) costs more per batch as rows accumulate, so it is not the source's rate.
 
 Usage: python bench/source_rate.py [--source a3m|rate] [--producers N] [--messages PER]
+       [--batch N]
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def main() -> None:
     p.add_argument("--producers", type=int, default=4)
     p.add_argument("--messages", type=int, default=50_000, help="per producer")
     p.add_argument("--seconds", type=float, default=10.0, help="rate source: how long")
+    p.add_argument("--batch", type=int, default=0, help="producers send this many messages "
+                   "per call (send_many)")
     a = p.parse_args()
 
     import a3m
@@ -76,6 +79,13 @@ def main() -> None:
             t0 = time.monotonic()
 
             def run(s: Any) -> None:
+                if a.batch:
+                    for k0 in range(0, a.messages, a.batch):
+                        batch = [b'{"seq": %d, "value": 20.5}' % k
+                                 for k in range(k0, min(k0 + a.batch, a.messages))]
+                        while batch:
+                            batch = batch[s.send_many(batch, timeout=120):]
+                    return
                 for k in range(a.messages):
                     s.send(b'{"seq": %d, "value": 20.5}' % k, timeout=120)
 
