@@ -354,3 +354,26 @@ def test_mutated_real_datagrams_mid_stream_are_dropped_and_the_stream_goes_on(
     assert sorted(net.got("b")) == sorted([b"m%d" % i for i in range(30)]
                                           + [b"n%d" % i for i in range(30)])
     assert net.nodes["b"].address_of("a") == "a@0"
+
+
+def test_what_waits_for_a_handshake_is_bounded_in_count_and_bytes() -> None:
+    """A peer that never answers while its node keeps handing datagrams over (retransmissions
+    of 60 KB loopback datagrams, or many small ones): the secure layer holds at most
+    MAX_QUEUED datagrams and MAX_QUEUED_BYTES for it, dropping the oldest (counted)."""
+    from a3m.exon.secure.layer import MAX_QUEUED, MAX_QUEUED_BYTES
+
+    net = SecureNet("a")
+    sec = net.nodes["a"].secure
+    assert sec is not None
+    out: list[tuple[bytes, object]] = []
+    for i in range(100):
+        sec.seal("b", bytes([i]) * 60_000, "b@0", 0.0, out)
+    init = sec._pending["b"]
+    assert init.queued_bytes <= MAX_QUEUED_BYTES and len(init.queue) >= 2
+    assert init.queued_bytes == sum(len(d) for d in init.queue)
+    assert init.queue[-1][0] == 99  # the newest kept
+    for _ in range(1000):
+        sec.seal("b", b"small", "b@0", 0.0, out)
+    assert len(init.queue) == MAX_QUEUED and init.queued_bytes == 5 * MAX_QUEUED
+    assert net.nodes["a"].stats.sealed_dropped == 100 + 1000 - MAX_QUEUED
+    assert out == []  # nothing sealed without a session

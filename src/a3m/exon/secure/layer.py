@@ -45,6 +45,8 @@ CHALLENGE_TRIES = 5
 #: Exon datagrams held per peer while its handshake runs (the oldest is dropped beyond it;
 #: Exon retransmits what it does not see acknowledged).
 MAX_QUEUED = 256
+#: ... and at most this many bytes of them (loopback datagrams reach 64 KiB).
+MAX_QUEUED_BYTES = 1 << 20
 #: Sessions held in all; beyond it new handshakes are refused (counted).
 MAX_SESSIONS = 65536
 #: Handshakes this node started and that are still pending, in all.
@@ -62,7 +64,7 @@ class _Initiation:
     """A handshake this node started (the only handshake state anyone keeps)."""
 
     __slots__ = ("peer", "index", "e", "sym", "msg1", "token", "addr", "tries", "timer_at",
-                 "alive", "queue", "last_used", "started")
+                 "alive", "queue", "queued_bytes", "last_used", "started")
 
     def __init__(self, peer: str, index: int, e: NodeKey, sym: SymmetricState, msg1: bytes,
                  addr: Address, now: float) -> None:
@@ -77,6 +79,7 @@ class _Initiation:
         self.timer_at = INF
         self.alive = True
         self.queue: deque[bytes] = deque()
+        self.queued_bytes = 0
         self.last_used = now
         self.started = now
 
@@ -299,8 +302,9 @@ class SecureLayer:
         init.last_used = now
         q = init.queue
         q.append(plain)
-        if len(q) > MAX_QUEUED:
-            q.popleft()
+        init.queued_bytes += len(plain)
+        while len(q) > MAX_QUEUED or (init.queued_bytes > MAX_QUEUED_BYTES and len(q) > 1):
+            init.queued_bytes -= len(q.popleft())
             self.stats.sealed_dropped += 1
 
     def _seal(self, s: Session, kind: int, pt: bytes, now: float) -> bytes:
