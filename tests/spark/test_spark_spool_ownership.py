@@ -45,7 +45,7 @@ def rows_until(reader: A3MStreamReader, start: dict[str, int], n: int) -> list[A
     deadline = time.monotonic() + 30
     while True:
         end = reader.latestOffset(start)
-        if end["offset"] - start["offset"] >= n or time.monotonic() > deadline:
+        if end["0"] - start["0"] >= n or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     # read() yields Arrow record batches (columns in the schema's order): rows as tuples here

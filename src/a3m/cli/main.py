@@ -21,6 +21,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "(PUSH, PUB, REQ, ...); replies to stdout"),
     "recv": ("a3m.cli.cat", "print the messages a socket receives (PULL, SUB, REP, ...) to "
              "stdout, raw, quoted or as JSON lines"),
+    "collect": ("a3m.spark.collector", "run a collector of the Spark source as a service: a "
+                "node whose socket's messages are spooled durably for a partition of a "
+                "source with collectors=external"),
     "key": ("a3m.cli.key", "a node's public key (from its key file, made if missing), to "
             "pin it on other nodes"),
 }

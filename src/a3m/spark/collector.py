@@ -28,41 +28,69 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from a3m.spark.spool import Spool
+if TYPE_CHECKING:
+    from a3m.spark.spool import Spool
+
+PART_PREFIX = "part-"  # a3m.spark.spool's (not imported here: `a3m collect --help` stays light)
 
 LOCK, INFO, STOP, HEARTBEAT, LOG = ("collector.lock", "collector.json", "stop", "heartbeat",
                                     "collector.log")
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m a3m.spark.collector")
-    p.add_argument("--spool", required=True)
-    p.add_argument("--node", required=True)
-    p.add_argument("--bind", default="127.0.0.1:0")
-    p.add_argument("--socket", default="events")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a collector (``python -m a3m.spark.collector`` or ``a3m collect``)."""
+    p.add_argument("--spool", required=True,
+                   help="the spool directory this collector writes (one source partition)")
+    p.add_argument("--node", required=True, help="the receiving node's id")
+    p.add_argument("--bind", default="127.0.0.1:0", help="host:port producers send to")
+    p.add_argument("--socket", default="events", help="the socket's tag (default events)")
     p.add_argument("--type", default="PULL", choices=("PULL", "SUB"))
     p.add_argument("--topics", default="", help="SUB: comma-separated topic prefixes")
-    p.add_argument("--journal", default=None)
+    p.add_argument("--journal", default=None, help="a delivery-journal directory")
     p.add_argument("--capacity", type=int, default=1024)
     p.add_argument("--batch-rows", type=int, default=5000)
     p.add_argument("--batch-ms", type=float, default=20.0)
-    p.add_argument("--max-pending", type=int, default=200_000)
-    p.add_argument("--idle-timeout", type=float, default=120.0)
+    p.add_argument("--max-pending", type=int, default=200_000,
+                   help="rows spooled and not committed before producers are held back")
+    p.add_argument("--idle-timeout", type=float, default=120.0,
+                   help="exit after this many seconds without a query (0: never)")
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m a3m.spark.collector")
+    add_arguments(p)
     return p.parse_args(argv)
 
 
+def run(args: argparse.Namespace) -> int:
+    """``a3m collect``: serve one spool partition until stopped (SIGTERM, Ctrl-C, the
+    ``stop`` file, or ``--idle-timeout``), on any host; a source with
+    ``.option("collectors", "external")`` reads what it spools."""
+    argv = ["--spool", args.spool, "--node", args.node, "--bind", args.bind,
+            "--socket", args.socket, "--type", args.type, "--topics", args.topics,
+            "--capacity", str(args.capacity), "--batch-rows", str(args.batch_rows),
+            "--batch-ms", str(args.batch_ms), "--max-pending", str(args.max_pending),
+            "--idle-timeout", str(args.idle_timeout)]
+    if args.journal:
+        argv += ["--journal", args.journal]
+    signal.signal(signal.SIGINT, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    return main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from a3m.spark.spool import Spool
+
     args = _args(argv)
     spool = Spool(args.spool)
     lock = open(spool.dir / LOCK, "a+")  # noqa: SIM115 - held for the process's life
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return 0  # another collector serves this spool
+        print(f"a collector already serves {spool.dir}", file=sys.stderr)
+        return 1  # another collector serves this spool
     (spool.dir / STOP).unlink(missing_ok=True)
     stopping = False
 
@@ -88,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(info))
         os.replace(tmp, spool.dir / INFO)
         _touch(spool.dir / HEARTBEAT)
+        print(f"collecting: node {node.id} at {node.address[0]}:{node.address[1]}, socket "
+              f"{args.socket!r}, spool {spool.dir}", file=sys.stderr, flush=True)
         _serve(args, spool, sock, lambda: stopping)
         sock.close(timeout=10)  # unlink: what peers had in flight still arrives
         _drain(spool, sock, args.batch_rows)
@@ -117,7 +147,7 @@ def _serve(args: argparse.Namespace, spool: Spool, sock: Any, stopping: Any) -> 
                 idle = time.time() - (spool.dir / HEARTBEAT).stat().st_mtime
             except FileNotFoundError:
                 idle = 0.0
-            if idle > args.idle_timeout:
+            if args.idle_timeout > 0 and idle > args.idle_timeout:
                 return
         if spool.pending() >= args.max_pending:
             time.sleep(0.05)  # Spark is behind: leave messages in the socket (credits)
@@ -127,24 +157,35 @@ def _serve(args: argparse.Namespace, spool: Spool, sock: Any, stopping: Any) -> 
             spool.append(rows)
 
 
-def _take(sock: Any, limit: int, window_s: float, a3m: Any) -> dict[str, list[Any]]:
-    rows: dict[str, list[Any]] = {"node": [], "socket": [], "topic": [], "payload": [],
-                                  "received_at": []}
+def _recv_many(sock: Any, n: int, timeout: float) -> list[Any]:
+    """Up to ``n`` messages with their sources, under one lock and one credit hand-off
+    (``Socket.recv_many`` returns payloads only; the spool needs each message's source)."""
+    got: list[Any] = sock._recv(timeout, n, "recv_many")
+    return got
+
+
+def _take(sock: Any, limit: int, window_s: float, a3m: Any) -> dict[str, Any]:
+    """What the socket delivers within ``window_s`` (at most ``limit`` messages), as spool
+    columns; ``received_at`` is read once per hand-off from the socket."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    got: list[Any] = []
+    stamps: list[int] = []
     deadline = time.monotonic() + window_s
-    while len(rows["payload"]) < limit:
+    while len(got) < limit:
         left = deadline - time.monotonic()
         try:
-            msg = sock.recv_msg(timeout=max(0.0, left) if rows["payload"] else window_s)
+            more = _recv_many(sock, limit - len(got),
+                              max(0.0, left) if got else window_s)
         except (a3m.Timeout, a3m.WouldBlock, a3m.Closed):
             break
-        rows["node"].append(msg.source.node)
-        rows["socket"].append(msg.source.tag)
-        rows["topic"].append(msg.topic)
-        rows["payload"].append(msg.payload)
-        rows["received_at"].append(datetime.now(UTC))
+        got.extend(more)
+        stamps.extend([time.time_ns() // 1000] * len(more))
         if left <= 0:
             break
-    return rows
+    return {"node": [m.source[0] for m in got], "socket": [m.source[1] for m in got],
+            "topic": [m.topic for m in got], "payload": [m.payload for m in got],
+            "received_at": pa.array(stamps, pa.timestamp("us", tz="UTC"))}
 
 
 def _drain(spool: Spool, sock: Any, limit: int) -> None:
@@ -170,31 +211,46 @@ def ensure_running(spool_dir: str | os.PathLike[str], cmd_args: list[str],
     With ``config``, a running collector must have been started with exactly those options
     (node, bind, socket, type, topics): else :class:`CollectorMismatch`, never a silent
     attach to a node the producers were not told about."""
-    d = Path(spool_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    _touch(d / HEARTBEAT)
-    info = running(d)
-    if info is not None:
-        theirs = info.get("config")
-        if config is not None and theirs != config:
-            raise CollectorMismatch(
-                f"the spool {d} is served by a collector started with {theirs}; this query "
-                f"asks for {config}. Give each source its own spool (or stop that collector: "
-                f"a3m.spark.collector.stop({str(d)!r})).")
-        return info
-    with open(d / LOG, "ab") as log:
-        subprocess.Popen(
-            [sys.executable, "-m", "a3m.spark.collector", "--spool", str(d), *cmd_args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            close_fds=True)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    return ensure_all([(spool_dir, cmd_args, config)], wait_s)[0]
+
+
+def ensure_all(collectors: list[tuple[str | os.PathLike[str], list[str],
+                                      dict[str, str] | None]],
+               wait_s: float = 30.0) -> list[dict[str, Any]]:
+    """:func:`ensure_running` for several spools (a partitioned source): every missing
+    collector is started first, then all are waited for together."""
+    infos: list[dict[str, Any] | None] = []
+    for spool_dir, cmd_args, config in collectors:
+        d = Path(spool_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        _touch(d / HEARTBEAT)
         info = running(d)
         if info is not None:
-            return info
-        time.sleep(0.05)
-    raise RuntimeError(f"the A3M collector for {d} did not start in {wait_s} s "
-                       f"(see {d / LOG})")
+            theirs = info.get("config")
+            if config is not None and theirs != config:
+                raise CollectorMismatch(
+                    f"the spool {d} is served by a collector started with {theirs}; this "
+                    f"query asks for {config}. Give each source its own spool (or stop that "
+                    f"collector: a3m.spark.collector.stop({str(d)!r})).")
+        else:
+            with open(d / LOG, "ab") as log:
+                subprocess.Popen(
+                    [sys.executable, "-m", "a3m.spark.collector", "--spool", str(d),
+                     *cmd_args],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                    close_fds=True)
+        infos.append(info)
+    deadline = time.monotonic() + wait_s
+    for k, (spool_dir, _, _) in enumerate(collectors):
+        while infos[k] is None:
+            infos[k] = running(spool_dir)
+            if infos[k] is not None:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the A3M collector for {spool_dir} did not start in "
+                                   f"{wait_s} s (see {Path(spool_dir) / LOG})")
+            time.sleep(0.05)
+    return [i for i in infos if i is not None]
 
 
 def running(spool_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -206,7 +262,8 @@ def running(spool_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
         cmdline = Path(f"/proc/{int(info['pid'])}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError, json.JSONDecodeError, KeyError, ValueError):
         return None
-    return info if b"a3m.spark.collector" in cmdline else None
+    ours = b"a3m.spark.collector" in cmdline or b"\0collect\0" in cmdline  # a3m collect
+    return info if ours else None
 
 
 def heartbeat(spool_dir: str | os.PathLike[str]) -> None:
@@ -214,17 +271,19 @@ def heartbeat(spool_dir: str | os.PathLike[str]) -> None:
 
 
 def stop(spool_dir: str | os.PathLike[str], timeout: float = 30.0) -> bool:
-    """Ask the collector of ``spool_dir`` to exit cleanly; True once it has."""
-    d = Path(spool_dir)
-    if running(d) is None:
-        return True
-    (d / STOP).touch()
+    """Ask the collector of ``spool_dir`` (and those of its ``part-*`` partitions, for a
+    partitioned source's root) to exit cleanly; True once all have."""
+    root = Path(spool_dir)
+    dirs = [root, *sorted(root.glob(f"{PART_PREFIX}*"))] if root.is_dir() else [root]
+    live = [d for d in dirs if running(d) is not None]
+    for d in live:
+        (d / STOP).touch()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if running(d) is None:
-            return True
+    while any(running(d) is not None for d in live):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    return False
+    return True
 
 
 if __name__ == "__main__":

@@ -10,20 +10,35 @@ Options (keys are case-insensitive):
   configured differently never share one); keep it beside the query's checkpoint. One
   collector serves a spool: a query whose options differ from the running collector's is
   refused with an error that says so.
-- ``maxRowsPerBatch``: most rows per micro-batch (default 100000).
+- ``partitions``: how many receiving nodes (default 1), each with its own spool partition
+  (``<spool>/part-<i>``) and collector; node ids ``<node>-<i>`` when more than one, ``bind``
+  then a comma-separated list of addresses (or one ``host:port``: ports ``port + i``).
+  Producers spread their messages over the nodes (one PUSH socket linked to all of them
+  load-balances). Each micro-batch has one Spark input partition per spool partition (more
+  when a partition holds more than 50 000 rows), read by executors straight from storage.
+- ``collectors``: ``managed`` (default: the source starts its collectors on the host where
+  Spark runs the offset methods) or ``external`` (collectors run as services of their own,
+  ``a3m collect --spool <spool>/part-<i> ...``, on any host; the source only reads their
+  spools, which may then be any ``pyarrow.fs`` URI: a shared mount, ``s3://``, ``hdfs://``).
+- ``maxRowsPerBatch``: most rows per micro-batch (default 100000), shared out over the
+  partitions.
 - ``journal``: a delivery-journal directory for the node (``a3m audit`` reads it).
 - ``maxPending``: rows spooled but not committed before the node stops taking messages
   (back-pressure on producers; default 200000). ``idleTimeout``: seconds without a query
   before the node closes (default 120).
 
 Columns: ``node`` and ``socket`` (the producer's), ``payload`` (binary), ``received_at``
-(timestamp), ``topic`` (binary, SUB only) and ``offset`` (the row's index in the spool).
+(timestamp), ``topic`` (binary, SUB only) and ``offset`` (the row's index in its spool
+partition).
 
 How it stays exactly-once: the node lives in a collector process (:mod:`a3m.spark.collector`)
 that outlives query runs and spools each message durably before it leaves the node's memory.
-Offsets are spool indexes: ``latestOffset`` reports only what is on disk, a replayed batch
-reads the same rows again from the spool, and ``commit`` deletes what Spark will never ask
-for again. A new query (no checkpoint: Spark asks for ``initialOffset``) starts at the end of
+Offsets are spool indexes, one per partition (``{"0": n0, "1": n1, ...}``; a checkpoint
+of the unpartitioned source's ``{"offset": n}`` is partition 0): ``latestOffset`` reports only
+what is on disk, a replayed batch reads the same rows again from the spool, and ``commit``
+deletes what Spark will never ask for again. Input partitions carry only where to read
+(spool location and index range): executors open the Arrow IPC segments themselves through
+``pyarrow.fs``, so rows never travel through the driver. A new query (no checkpoint: Spark asks for ``initialOffset``) starts at the end of
 what is on disk: rows spooled for another query are never its rows. See ``docs/pipeline.md``
 for the crash model.
 """
@@ -31,13 +46,14 @@ for the crash model.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import tempfile
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
+
+from a3m.spark.spool import SpoolView, partition_dirs, read_batches
 
 SCHEMA_DDL = ("node string, socket string, payload binary, received_at timestamp, "
               "topic binary, offset long")
@@ -70,12 +86,28 @@ class A3MDataSource(DataSource):
 
 
 class SpoolPartition(InputPartition):  # type: ignore[misc]
-    """Rows ``[start, end)`` of the spool, carried as Arrow IPC bytes (no shared disk needed
-    on executors)."""
+    """Rows ``[start, end)`` of one spool partition: only where to read them (executors
+    open the segments themselves, through ``pyarrow.fs``)."""
 
-    def __init__(self, start: int, end: int, data: bytes) -> None:
-        super().__init__((start, end))
-        self.start, self.end, self.data = start, end, data
+    def __init__(self, location: str, part: int, start: int, end: int) -> None:
+        super().__init__((part, start, end))
+        self.location, self.part, self.start, self.end = location, part, start, end
+
+
+Offsets = dict[str, int]
+
+
+def _ends(offset: dict[str, Any] | None, n: int) -> list[int] | None:
+    """Per-partition indexes of a Spark offset (the old single-spool form is partition 0)."""
+    if not offset:
+        return None
+    if "offset" in offset:
+        return [int(offset["offset"])] + [0] * (n - 1)
+    return [int(offset.get(str(i), 0)) for i in range(n)]
+
+
+def _offset(ends: list[int]) -> Offsets:
+    return {str(i): e for i, e in enumerate(ends)}
 
 
 class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
@@ -84,95 +116,145 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if not node:
             raise ValueError('the a3m source needs .option("node", ...)')
         self.node = node
+        self.parts = int(_opt(options, "partitions", "1") or 1)
+        if self.parts < 1:
+            raise ValueError("the a3m source's partitions is >= 1")
         self.bind = _opt(options, "bind", "127.0.0.1:0") or "127.0.0.1:0"
+        self.binds = _binds(self.bind, self.parts)
         self.socket = _opt(options, "socket", "events") or "events"
         self.kind = (_opt(options, "type", "PULL") or "PULL").upper()
         if self.kind not in ("PULL", "SUB"):
             raise ValueError("the a3m source's type is PULL or SUB")
         self.topics = _opt(options, "topics", "") or ""
+        self.managed = (_opt(options, "collectors", "managed") or "managed").lower()
+        if self.managed not in ("managed", "external"):
+            raise ValueError("the a3m source's collectors is managed or external")
         self.spool_dir = _opt(options, "spool") or os.path.join(
             tempfile.gettempdir(), "a3m-spool",
             f"{node}-{self.socket}-{self._digest()}")
+        self.locations = partition_dirs(self.spool_dir, self.parts)
         self.max_rows = int(_opt(options, "maxRowsPerBatch", "100000") or 100000)
         self.journal = _opt(options, "journal")
         self.max_pending = int(_opt(options, "maxPending", "200000") or 200000)
         self.idle_timeout = float(_opt(options, "idleTimeout", "120") or 120)
 
-    def config(self) -> dict[str, str]:
-        """What the collector must serve for this source (compared with a running one's)."""
-        return {"node": self.node, "bind": self.bind, "socket": self.socket,
-                "type": self.kind, "topics": self.topics}
+    def node_ids(self) -> list[str]:
+        """The receiving nodes' ids, one per partition (producers link to these)."""
+        if self.parts == 1:
+            return [self.node]
+        return [f"{self.node}-{i}" for i in range(self.parts)]
+
+    def config(self, part: int = 0) -> dict[str, str]:
+        """What the collector of a partition must serve (compared with a running one's)."""
+        return {"node": self.node_ids()[part], "bind": self.binds[part],
+                "socket": self.socket, "type": self.kind, "topics": self.topics}
 
     def _digest(self) -> str:
         text = "\0".join(f"{k}={v}" for k, v in sorted(self.config().items()))
+        if self.parts > 1:
+            text += f"\0partitions={self.parts}\0binds={','.join(self.binds)}"
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
-    # The collector is started lazily, from the process where Spark runs these methods.
-    def _ensure(self) -> Any:
-        from a3m.spark import collector
-        from a3m.spark.spool import Spool
+    # The collectors are started lazily, from the process where Spark runs these methods.
+    def _ensure(self) -> list[SpoolView]:
+        if self.managed == "managed":
+            from a3m.spark import collector
 
-        args = ["--node", self.node, "--bind", self.bind, "--socket", self.socket,
-                "--type", self.kind, "--topics", self.topics,
-                "--max-pending", str(self.max_pending),
-                "--idle-timeout", str(self.idle_timeout)]
-        if self.journal:
-            args += ["--journal", self.journal]
-        collector.ensure_running(self.spool_dir, args, config=self.config())
-        return Spool(self.spool_dir)
+            wanted = []
+            for i, loc in enumerate(self.locations):
+                cfg = self.config(i)
+                args = ["--node", cfg["node"], "--bind", cfg["bind"], "--socket",
+                        self.socket, "--type", self.kind, "--topics", self.topics,
+                        "--max-pending", str(self.max_pending),
+                        "--idle-timeout", str(self.idle_timeout)]
+                if self.journal:
+                    args += ["--journal", self.journal]
+                wanted.append((loc, args, cfg))
+            collector.ensure_all(wanted)
+        return [SpoolView(loc) for loc in self.locations]
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> Offsets:
         """Only a query without a checkpoint asks: it starts at the end of what is on disk
         (what is there was spooled for another query, which may come back for it)."""
-        return {"offset": self._ensure().durable_end()}
+        return _offset([v.durable_end() for v in self._ensure()])
 
-    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None
-                     ) -> dict[str, int]:
-        spool = self._ensure()
-        end = spool.durable_end()
-        begin = int(start["offset"]) if start else spool.start()
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None
+                     ) -> Offsets:
+        views = self._ensure()
+        begins = _ends(start, self.parts) or [v.start() for v in views]
+        ends = [v.durable_end() for v in views]
         cap = self.max_rows
         max_rows = getattr(limit, "max_rows", None) or getattr(limit, "maxRows", None)
         if max_rows:
             cap = min(cap, int(max_rows))
-        return {"offset": max(begin, min(end, begin + cap))}
+        return _offset(_share(begins, ends, cap))
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[SpoolPartition]:
-        import pyarrow.ipc as ipc  # type: ignore[import-untyped]
-
-        from a3m.spark.spool import Spool
-
-        s, e = int(start["offset"]), int(end["offset"])
-        if e <= s:
-            return []
-        table = Spool(self.spool_dir).read(s, e)
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SpoolPartition]:
+        starts = _ends(start, self.parts) or [0] * self.parts
+        ends = _ends(end, self.parts) or starts
         parts = []
-        for lo in range(0, e - s, ROWS_PER_PARTITION):
-            chunk = table.slice(lo, ROWS_PER_PARTITION)
-            buf = io.BytesIO()
-            with ipc.new_stream(buf, chunk.schema) as w:
-                w.write_table(chunk)
-            parts.append(SpoolPartition(s + lo, s + lo + chunk.num_rows, buf.getvalue()))
+        for i, (s, e) in enumerate(zip(starts, ends, strict=True)):
+            for lo in range(s, e, ROWS_PER_PARTITION):
+                parts.append(SpoolPartition(self.locations[i], i, lo,
+                                            min(e, lo + ROWS_PER_PARTITION)))
         return parts
 
     def read(self, partition: SpoolPartition) -> Any:
-        """The partition's rows as Arrow record batches, in the schema's column order: Spark
-        takes them without turning each row into Python objects (about 10x faster than
-        yielding tuples: bench/source_rate.py)."""
+        """The partition's rows as Arrow record batches read from the spool's segments, in
+        the schema's column order: Spark takes them without turning each row into Python
+        objects (about 10x faster than yielding tuples: bench/source_rate.py)."""
         import pyarrow as pa
-        import pyarrow.ipc as ipc
 
-        table = ipc.open_stream(partition.data).read_all().select(READ_COLUMNS)
-        # Spark's schema has every column nullable; the spool's says which never are.
-        nullable = pa.schema([f.with_nullable(True) for f in table.schema])
-        yield from table.cast(nullable).to_batches()
+        nullable = None
+        for batch in read_batches(partition.location, partition.start, partition.end,
+                                  READ_COLUMNS):
+            if nullable is None:  # Spark's schema has every column nullable
+                nullable = pa.schema([f.with_nullable(True) for f in batch.schema])
+            yield batch.cast(nullable)
 
-    def commit(self, end: dict[str, int]) -> None:
-        from a3m.spark import collector
-        from a3m.spark.spool import Spool
+    def commit(self, end: dict[str, Any]) -> None:
+        ends = _ends(end, self.parts) or []
+        for loc, e in zip(self.locations, ends, strict=True):
+            SpoolView(loc).commit(e)
+        if self.managed == "managed":
+            from a3m.spark import collector
 
-        Spool(self.spool_dir).commit(int(end["offset"]))
-        collector.heartbeat(self.spool_dir)
+            for loc in self.locations:
+                collector.heartbeat(loc)
 
     def stop(self) -> None:
-        """Nothing: the collector outlives this query run (a restart finds it)."""
+        """Nothing: the collectors outlive this query run (a restart finds them)."""
+
+
+def _binds(bind: str, n: int) -> list[str]:
+    """``n`` addresses from a comma-separated list, or from one ``host:port`` (ports
+    ``port + i``; port 0 stays 0: an ephemeral port each)."""
+    items = [b.strip() for b in bind.split(",") if b.strip()]
+    if len(items) == n:
+        return items
+    if len(items) != 1:
+        raise ValueError(f"the a3m source has {n} partitions and {len(items)} bind "
+                         f"addresses: give one or {n}")
+    host, _, port = items[0].rpartition(":")
+    p = int(port)
+    return [f"{host}:{p + i if p else 0}" for i in range(n)]
+
+
+def _share(begins: list[int], ends: list[int], cap: int) -> list[int]:
+    """Ends advanced by at most ``cap`` rows in all, shared out over the partitions (each
+    gets an equal share; what one cannot use goes to the others)."""
+    avail = [max(0, e - b) for b, e in zip(begins, ends, strict=True)]
+    take = [0] * len(avail)
+    left = cap
+    while left > 0:
+        open_ = [i for i, a in enumerate(avail) if a > take[i]]
+        if not open_:
+            break
+        share = max(1, left // len(open_))
+        for i in open_:
+            t = min(share, avail[i] - take[i], left)
+            take[i] += t
+            left -= t
+            if left <= 0:
+                break
+    return [b + t for b, t in zip(begins, take, strict=True)]
