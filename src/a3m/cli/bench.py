@@ -5,6 +5,9 @@ draws saved results (``--out``) without measuring anything, one panel each.
 
 ``a3m bench rpc`` and ``a3m bench pushpull --loss/--delay/--rate`` run across an emulated
 path (:mod:`a3m.testing.netem`: network namespaces, so root) instead of plain loopback.
+
+``a3m bench pipeline`` runs one Spark streaming aggregation and sink fed by Spark's ``rate``
+source and by the ``a3m`` source (:mod:`a3m.benchmarks.pipeline`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc")
+BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc", "pipeline")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,6 +42,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="from_files", nargs="+", metavar="RESULT.json",
                    help="with --plot: draw these saved results (from --out), one panel each, "
                         "instead of running a workload")
+    sp = p.add_argument_group("pipeline", "the Spark query fed by rate and by a3m")
+    sp.add_argument("--readings", type=int, default=200_000,
+                    help="readings per a3m run (default 200000)")
+    sp.add_argument("--producers", type=int, default=4, help="producer nodes (default 4)")
+    sp.add_argument("--partitions", default="1,2,4",
+                    help="a3m source partitions, one run each (default 1,2,4)")
+    sp.add_argument("--rate-rows", type=int, default=200_000,
+                    help="rows per micro-batch of Spark's rate-micro-batch source "
+                         "(default 200000)")
+    sp.add_argument("--rate-seconds", type=float, default=15.0,
+                    help="seconds the rate feed is measured (default 15)")
+    sp.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     g = p.add_argument_group(
         "emulated path (rpc; pushpull when any is given)",
         "server and client in two network namespaces joined by a user-space emulator "
@@ -82,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         except PlotError as exc:
             return _error(str(exc))
 
+    if args.workload == "pipeline":
+        return _pipeline(args, plot)
     if args.workload == "rpc" or (args.workload == "pushpull" and (
             args.loss is not None or args.delay is not None or args.rate)):
         return _emulated(args, plot)
@@ -119,6 +136,51 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(result)
     return 0
+
+
+def _pipeline(args: argparse.Namespace, plot: str | None) -> int:
+    """The Spark pipeline fed by rate and by a3m (1, 2, 4 partitions), in one run."""
+    from a3m.benchmarks import pipeline
+
+    try:
+        parts = tuple(int(x) for x in args.partitions.split(",") if x.strip())
+    except ValueError:
+        return _error(f"--partitions takes counts separated by commas, not {args.partitions!r}")
+    if not parts or min(parts) < 1 or args.readings < args.producers or args.producers < 1:
+        return _error("need --partitions >= 1, --producers >= 1 and --readings >= producers")
+
+    def progress(msg: str) -> None:
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+    result = pipeline.run_pipeline(args.readings, args.producers, parts, args.rate_rows,
+                                   args.rate_seconds, master=args.master, progress=progress)
+    if plot:
+        result["plot"] = plot
+    text = json.dumps(result, indent=None if args.json else 2)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if plot:
+        pipeline.plot(result, plot)
+        progress(f"chart written to {plot}")
+    if args.json:
+        print(text)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"a3m bench pipeline ({result['master']})")
+        for col in ("feed", "partitions", "readings", "seconds", "readings/s", "exact"):
+            table.add_column(col, justify="right")
+        r = result["rate"]
+        table.add_row("rate", "-", f"{r['readings']:,}", str(r["seconds"]),
+                      f"{r['readings_per_s']:,}", "-")
+        for r in result["a3m"]:
+            table.add_row("a3m", str(r["partitions"]), f"{r['readings']:,}",
+                          str(r["end_to_end_s"]), f"{r['readings_per_s']:,}", str(r["exact"]))
+        Console(stderr=True).print(table)
+        print(f"a3m (best) / rate: {result['a3m_over_rate']}", file=sys.stderr)
+    return 0 if result["exact"] else 1
 
 
 def _emulated(args: argparse.Namespace, plot: str | None) -> int:

@@ -1,0 +1,336 @@
+"""``a3m bench pipeline``: one streaming aggregation and sink, fed by Spark's ``rate`` source
+and by the ``a3m`` source (1, 2, 4 partitions) in the same run.
+
+The query, the same for every feed: readings (``node``, JSON ``payload`` with ``seq``, ``ts``,
+``value``) are parsed, grouped by producer and 1-second event-time window (watermark 30 s)
+with ``count`` and ``avg``, and the windows go out through the ``a3m`` sink (complete mode:
+Python sinks take append or complete, not update) to a PULL socket in this process, which keeps the latest count per window: their sum is
+the number of readings aggregated so far.
+
+- ``rate``: Spark's built-in ``rate-micro-batch`` source, ``rowsPerBatch`` rows each micro-batch
+  (200 k by default), batches back to back, so the query's own ceiling shows; each row becomes a
+  reading (``to_json``). Readings per second = the slope of the aggregated count after a
+  warm-up. (The time-based ``rate`` source asked for more rows per second than the query takes
+  makes each batch bigger than the last and never settles.)
+- ``a3m``: producer nodes in a process of their own send ``readings`` readings as fast as they
+  can (one message each, ``send_many``), one PUSH socket per producer linked to every
+  partition's node; readings per second = readings / (time from the first send until the
+  sink has counted all of them): producers to aggregated result, end to end. The count must
+  come out exact (``exact``): a lost or doubled reading would show.
+
+The rate feed runs first and warms the JVM up for the aggregation and the sink; a short
+unmeasured ``a3m`` run warms up the source's path.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Progress = Callable[[str], None]
+WINDOW = "1 second"
+READING_SCHEMA = "seq long, ts double, value double"
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def aggregation(df: Any) -> Any:
+    """Readings (``node``, ``payload``) -> one JSON ``payload`` per window."""
+    from pyspark.sql import functions as F
+
+    readings = df.select(
+        F.col("node").alias("producer"),
+        F.from_json(F.col("payload").cast("string"), READING_SCHEMA).alias("r"),
+    ).select("producer", F.timestamp_seconds("r.ts").alias("event_time"),
+             F.col("r.value").alias("value"))
+    agg = (readings.withWatermark("event_time", "30 seconds")
+           .groupBy("producer", F.window("event_time", WINDOW))
+           .agg(F.count("*").alias("readings"), F.avg("value").alias("mean")))
+    return agg.select(F.to_json(F.struct(
+        "producer", F.col("window.start").cast("double").alias("start"), "readings",
+        "mean")).alias("payload"))
+
+
+class Results:
+    """The sink's peer: a PULL socket keeping the latest count of each (producer, window)."""
+
+    def __init__(self) -> None:
+        import a3m
+
+        self.node = a3m.Node("bench-results")
+        self.sock = self.node.socket(a3m.PULL, "results")
+        self.counts: dict[tuple[str, float], int] = {}
+        self.total = 0
+        self.changes: list[tuple[float, int]] = []  # (monotonic time, total) at each change
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        host, port = self.node.address
+        return f"{host}:{port}"
+
+    def _drain(self) -> None:
+        import a3m
+
+        while not self._stop.is_set():
+            try:
+                got = self.sock.recv_many(1024, timeout=0.1)
+            except (a3m.Timeout, a3m.Closed):
+                continue
+            before = self.total
+            for payload in got:
+                row = json.loads(payload)
+                key = (row["producer"], row["start"])
+                n = int(row["readings"])
+                self.total += n - self.counts.get(key, 0)
+                self.counts[key] = n
+            if self.total != before:
+                now = time.monotonic()
+                if self.changes and now - self.changes[-1][0] < 0.05:
+                    self.changes[-1] = (now, self.total)  # the same batch's other tasks
+                else:
+                    self.changes.append((now, self.total))
+
+    def reset(self) -> None:
+        self.counts.clear()
+        self.total = 0
+        self.changes = []
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.node.close(timeout=5)
+
+
+def _start(spark: Any, df: Any, results: Results, run: Path) -> Any:
+    return (aggregation(df).writeStream.format("a3m").outputMode("complete")
+            .option("peers", "bench-results/results")
+            .option("addresses", f"bench-results={results.address}")
+            .option("ledger", str(run / "ledger"))
+            .option("checkpointLocation", str(run / "checkpoint"))
+            .trigger(processingTime="100 milliseconds").start())
+
+
+def _stop(spark: Any, query: Any) -> None:
+    """Stop a query; one stopped mid-batch aborts that batch's write, which Spark logs as an
+    error although nothing is wrong (the next run starts from a fresh checkpoint)."""
+    deadline = time.monotonic() + 5
+    while query.isActive and query.status.get("isTriggerActive", False) \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
+    spark.sparkContext.setLogLevel("OFF")
+    try:
+        query.stop()
+    finally:
+        spark.sparkContext.setLogLevel("ERROR")
+
+
+def run_rate(spark: Any, results: Results, work: Path, producers: int, rows_per_batch: int,
+             warmup_s: float, seconds: float, progress: Progress) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+          .option("numPartitions", 2).option("advanceMillisPerBatch", 100).load())
+    readings = df.select(
+        F.concat(F.lit("producer-"), (F.col("value") % producers).cast("string")).alias("node"),
+        F.to_json(F.struct(F.col("value").alias("seq"),
+                           (F.unix_micros("timestamp") / 1e6).alias("ts"),
+                           (20 + (F.col("value") % 1000) / 200).alias("value")))
+        .cast("binary").alias("payload"))
+    results.reset()
+    query = _start(spark, readings, results, work / "rate")
+    try:
+        progress(f"rate source, {rows_per_batch:,} rows per batch: {warmup_s:.0f} s warm-up, then "
+                 f"{seconds:.0f} s measured")
+        time.sleep(warmup_s)
+        t_from = time.monotonic()
+        time.sleep(seconds)
+        if query.exception() is not None:
+            raise RuntimeError(f"the rate query failed: {query.exception()}")
+    finally:
+        _stop(spark, query)
+    # Batch by batch: from the first batch that finished after the warm-up to the last one.
+    done = [c for c in results.changes if c[0] >= t_from]
+    if len(done) < 2:
+        raise RuntimeError(f"the rate feed finished {len(done)} batch(es) in {seconds} s: "
+                           f"give it more --rate-seconds or fewer --rate-rows")
+    (t1, n1), (t2, n2) = done[0], done[-1]
+    rate = (n2 - n1) / (t2 - t1)
+    return {"feed": "rate", "rows_per_batch": rows_per_batch, "seconds": round(t2 - t1, 1),
+            "readings": n2 - n1, "readings_per_s": round(rate)}
+
+
+def _produce(targets: list[tuple[str, str]], producers: int, per: int, batch: int,
+             conn: Any) -> None:
+    """A producer process: ``producers`` nodes, each with a PUSH socket linked to every
+    partition's node; sends when told, reports the seconds it took."""
+    import a3m
+
+    nodes = [a3m.Node(f"producer-{i}") for i in range(producers)]
+    socks = []
+    for node in nodes:
+        push = node.socket(a3m.PUSH, "readings")
+        for nid, addr in targets:
+            host, _, port = addr.rpartition(":")
+            node.associate(nid, (host, int(port)))
+            push.link((nid, "readings"))
+        for nid, _ in targets:
+            push.wait_linked((nid, "readings"), timeout=30)
+        socks.append(push)
+    conn.send("ready")
+    conn.recv()  # go
+    t0 = time.monotonic()
+
+    def send(i: int, push: Any) -> None:
+        for k0 in range(0, per, batch):
+            now = time.time()
+            msgs = [b'{"seq":%d,"ts":%.6f,"value":%.3f}' % (k, now, 20 + (k % 1000) / 200)
+                    for k in range(k0, min(per, k0 + batch))]
+            while msgs:
+                msgs = msgs[push.send_many(msgs, timeout=300):]
+
+    threads = [threading.Thread(target=send, args=(i, s)) for i, s in enumerate(socks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sent_s = time.monotonic() - t0
+    for node in nodes:
+        node.flush(timeout=60)
+    conn.send(sent_s)
+    conn.recv()  # done
+    for node in nodes:
+        node.close(timeout=5)
+
+
+def run_a3m(spark: Any, results: Results, work: Path, partitions: int, producers: int,
+            readings: int, progress: Progress, batch: int = 256) -> dict[str, Any]:
+    from a3m.spark import collector
+    from a3m.spark.source import A3MStreamReader
+
+    run = work / f"a3m-{partitions}-{time.monotonic_ns()}"
+    binds = ",".join(f"127.0.0.1:{_free_udp_port()}" for _ in range(partitions))
+    options = {"node": "bench-collector", "partitions": str(partitions), "bind": binds,
+               "socket": "readings", "spool": str(run / "spool"),
+               "maxRowsPerBatch": "1000000", "maxPending": "4000000"}
+    reader = A3MStreamReader(options)
+    df = spark.readStream.format("a3m").options(**options).load()
+    results.reset()
+    query = _start(spark, df, results, run)
+    ctx = mp.get_context("spawn")
+    here, there = ctx.Pipe()
+    per = readings // producers
+    proc = None
+    try:
+        deadline = time.monotonic() + 60
+        while not all(collector.running(loc) for loc in reader.locations):
+            if time.monotonic() > deadline or query.exception() is not None:
+                raise RuntimeError(f"the a3m source's collectors did not start "
+                                   f"({query.exception()})")
+            time.sleep(0.1)
+        targets = list(zip(reader.node_ids(), reader.binds, strict=True))
+        proc = ctx.Process(target=_produce, args=(targets, producers, per, batch, there))
+        proc.start()
+        if not here.poll(60) or here.recv() != "ready":
+            raise RuntimeError("the producers did not link in 60 s")
+        total = per * producers
+        t0 = time.monotonic()
+        here.send("go")
+        deadline = t0 + 300
+        while results.total < total:
+            if time.monotonic() > deadline or query.exception() is not None:
+                raise RuntimeError(f"{results.total} of {total} readings aggregated in "
+                                   f"300 s ({query.exception()})")
+            time.sleep(0.01)
+        elapsed = time.monotonic() - t0
+        sent_s = here.recv() if here.poll(30) else None
+        time.sleep(0.5)  # a duplicate would land now
+        counted = results.total
+        here.send("done")
+    finally:
+        _stop(spark, query)
+        if proc is not None:
+            proc.join(30)
+        collector.stop(run / "spool")
+        shutil.rmtree(run, ignore_errors=True)
+    rate = total / elapsed
+    progress(f"a3m source, {partitions} partition(s): {total:,} readings in {elapsed:.2f} s "
+             f"= {rate:,.0f}/s")
+    return {"feed": "a3m", "partitions": partitions, "producers": producers,
+            "readings": total, "counted": counted, "exact": counted == total,
+            "producers_send_s": None if sent_s is None else round(sent_s, 2),
+            "end_to_end_s": round(elapsed, 2), "readings_per_s": round(rate)}
+
+
+def run_pipeline(readings: int = 200_000, producers: int = 4,
+                 partitions: tuple[int, ...] = (1, 2, 4), rate_rows_per_batch: int = 200_000,
+                 rate_seconds: float = 15.0, warmup: int = 20_000, master: str = "local[2]",
+                 progress: Progress = lambda _: None) -> dict[str, Any]:
+    from a3m.benchmarks.registry import machine
+    from a3m.spark.session import get_or_create
+
+    spark = get_or_create(master, app_name="a3m-bench-pipeline",
+                          conf={"spark.sql.shuffle.partitions": "2",
+                                "spark.ui.enabled": "false"})
+    work = Path(tempfile.mkdtemp(prefix="a3m-bench-pipeline-"))
+    results = Results()
+    try:
+        rate = run_rate(spark, results, work, producers, rate_rows_per_batch, 5.0, rate_seconds,
+                        progress)
+        progress(f"rate source: {rate['readings_per_s']:,} readings/s aggregated")
+        if warmup:
+            progress(f"a3m source: warm-up with {warmup:,} readings (not measured)")
+            run_a3m(spark, results, work, 1, producers, warmup, lambda _: None)
+        runs = [run_a3m(spark, results, work, k, producers, readings, progress)
+                for k in partitions]
+    finally:
+        results.close()
+        shutil.rmtree(work, ignore_errors=True)
+    best = max(runs, key=lambda r: r["readings_per_s"])
+    return {"workload": "pipeline", "master": spark.sparkContext.master,
+            "query": "parse JSON, groupBy(producer, 1 s window): count, avg; complete "
+                     "mode to the a3m sink",
+            "rate": rate, "a3m": runs,
+            "a3m_over_rate": round(best["readings_per_s"] / max(1, rate["readings_per_s"]),
+                                   2),
+            "exact": all(r["exact"] for r in runs), "machine": machine()}
+
+
+def plot(result: dict[str, Any], path: str) -> str:
+    """Bars: readings per second aggregated, the rate feed beside each a3m partition count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.8))
+    ax = fig.add_subplot()
+    labels = ["rate source"] + [f"a3m, {r['partitions']} partition"
+                                f"{'s' if r['partitions'] > 1 else ''}" for r in result["a3m"]]
+    values = [result["rate"]["readings_per_s"]] + [r["readings_per_s"] for r in result["a3m"]]
+    bars = ax.bar(labels, values, color=["#9aa5b1"] + ["#1f77b4"] * len(result["a3m"]))
+    for b, v in zip(bars, values, strict=True):
+        ax.annotate(f"{v / 1000:,.1f} k", (b.get_x() + b.get_width() / 2, v),
+                    ha="center", va="bottom", fontsize="small")
+    ax.set_ylabel("readings aggregated per second")
+    ax.set_title(f"The same Spark query fed by rate and by a3m ({result['master']})",
+                 fontsize="medium")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_ylim(0, max(values) * 1.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
