@@ -14,6 +14,7 @@ from a3m.errors import (
     LinkError,
     LinkRefused,
     MessageTooLarge,
+    NoMembers,
     ProtocolViolation,
     SocketNotFound,
     SocketNotLinked,
@@ -39,6 +40,12 @@ ROUTER = "ROUTER"
 SURVEYOR = "SURVEYOR"
 RESPONDENT = "RESPONDENT"
 BUS = "BUS"
+RADIO = "RADIO"  # sends to named groups of DISH sockets it finds by itself
+DISH = "DISH"  # joins groups: join("sensors"), recv_msg().group
+
+# Group delivery strategies (RADIO): every member of the view, or exactly one of them.
+ALL = "ALL"
+ONE = "ONE"
 
 POLLIN = 1
 POLLOUT = 2
@@ -58,7 +65,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "BUS", "DEALER", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "REP", "REQ",
+    "ALL", "BUS", "DEALER", "DISH", "ONE", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "RADIO", "REP", "REQ",
     "RESPONDENT", "ROUTER", "SUB", "SURVEYOR", "XPUB", "XSUB",
     "Node", "Poller", "ReceivedMessage", "Socket", "SocketId", "proxy",
     "A3MError",
@@ -67,6 +74,7 @@ __all__ = [
     "LinkError",
     "LinkRefused",
     "MessageTooLarge",
+    "NoMembers",
     "ProtocolViolation",
     "SocketNotFound",
     "SocketNotLinked",

@@ -58,8 +58,13 @@ class LinkRefused(LinkError):
     """The peer refused the link with a fatal reason (incompatible type, closed, ...)."""
 
 
+class NoMembers(A3MError):
+    """A RADIO sent to a group that has no members in its view (option ``no_members="error"``)."""
+
+
 __all__ = [
     "A3MError",
+    "NoMembers",
     "Broken",
     "Closed",
     "LinkError",

@@ -143,6 +143,26 @@ class Socket:
     def unsubscribe(self, topic: bytes | str) -> None:
         self.sync.unsubscribe(topic)
 
+    def join(self, group: str | bytes) -> None:
+        self.sync.join(group)
+
+    def leave(self, group: str | bytes) -> None:
+        self.sync.leave(group)
+
+    async def members(self, group: str | bytes, timeout: float | None = 0
+                      ) -> list[SocketId]:
+        """RADIO: the view of ``group``, waiting up to ``timeout`` for a non-empty one."""
+        def attempt() -> list[SocketId]:
+            got = self.sync.members(group, timeout=0)
+            if not got:
+                raise WouldBlock(f"group {group!r} has no members yet")
+            return got
+
+        try:
+            return await self.node._retry(attempt, timeout, f"members of {group!r}")
+        except (WouldBlock, Timeout):
+            return []
+
     def get_option(self, name: str) -> Any:
         return self.sync.get_option(name)
 

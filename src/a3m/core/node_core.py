@@ -13,6 +13,9 @@ from a3m.core.socket_core import SocketCore
 from a3m.errors import ProtocolViolation, UsageError
 
 SocketFactory = Callable[..., SocketCore]
+#: Nodes learnt from traffic stop being added past this many known nodes (a flood of made-up
+#: ids must not grow the set, nor the links of a RADIO, without bound).
+MAX_LEARNT_NODES = 4096
 
 
 class DeliveryObserver(Protocol):
@@ -66,6 +69,10 @@ class NodeCore:
         #: The transport's smoothed round trip to a node (None: not measured); the runtime
         #: plugs it in (:class:`a3m.core.transport.ExonBridge`). Links size their windows by it.
         self.rtt: Callable[[str], float | None] = lambda node_id: None
+        #: Nodes this node knows of (associated, discovered, or heard from); see
+        #: :meth:`node_known` and :meth:`watch_nodes`.
+        self.known_nodes: set[str] = set()
+        self._node_watchers: list[Callable[[str], None]] = []
 
     # ------------------------------------------------------------------ registry
 
@@ -98,6 +105,33 @@ class NodeCore:
     def log(self, text: str) -> None:
         if self._log is not None:
             self._log(f"[{self.node_id}] {text}")
+
+    # ------------------------------------------------------------------ known nodes
+
+    def node_known(self, node_id: str) -> None:
+        """Learn of a node (the runtime calls this for associations and discovery entries;
+        a node that sends us anything is learnt too). Watchers hear of each node once."""
+        if node_id in self.known_nodes or node_id == self.node_id:
+            return
+        self.known_nodes.add(node_id)
+        for fn in list(self._node_watchers):
+            fn(node_id)
+
+    def watch_nodes(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(node_id)`` for this node, every node known now and each node learnt
+        later: the extension point for sockets that reach peers without ``link()`` (RADIO)."""
+        self._node_watchers.append(fn)
+        for node_id in [self.node_id, *sorted(self.known_nodes)]:
+            fn(node_id)
+
+    @property
+    def nodes_watched(self) -> bool:
+        """Whether a socket watches for nodes (the runtime then lists its discovery source)."""
+        return bool(self._node_watchers)
+
+    def unwatch_nodes(self, fn: Callable[[str], None]) -> None:
+        if fn in self._node_watchers:
+            self._node_watchers.remove(fn)
 
     # ------------------------------------------------------------------ traffic
 
@@ -151,6 +185,9 @@ class NodeCore:
             self.malformed += 1
             self.log(f"dropped a malformed message from {src_node}: {exc}")
             return
+        if src_node not in self.known_nodes and src_node != self.node_id \
+                and len(self.known_nodes) < MAX_LEARNT_NODES:
+            self.node_known(src_node)
         sock = self.sockets.get(msg.dst_tag)
         if sock is None:
             self.not_found += 1

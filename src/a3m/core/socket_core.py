@@ -172,6 +172,11 @@ class SocketCore:
         self.send_on(link, payload)
         return True
 
+    def blocked_reason(self) -> str | None:
+        """Why the last send could not go (the runtime puts it in its WouldBlock / Timeout
+        message); None: the usual (no link, or no credit)."""
+        return None
+
     def extra_options(self) -> dict[str, Any]:
         """Pattern options (name -> current value); set through :meth:`set_pattern_option`."""
         return {}

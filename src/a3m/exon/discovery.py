@@ -32,6 +32,10 @@ class StaticDiscovery:
         """The key ``node_id`` must speak with, if this source knows it."""
         return self._keys.get(node_id)
 
+    def nodes(self) -> list[str]:
+        """Every node id this source knows (a RADIO looks for group members among them)."""
+        return list(self._map)
+
 
 def parse_directory(text: str) -> tuple[dict[str, tuple[str, int]], dict[str, bytes]]:
     """Parse ``id,host,port[,public key]`` lines (``#`` comments and blank lines ignored):

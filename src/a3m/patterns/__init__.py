@@ -3,13 +3,15 @@
 
 Compatibility (checked at link time; anything else is refused as fatal):
 PAIR-PAIR, PUSH-PULL, REQ-REP, PUB-SUB (and XPUB for PUB, XSUB for SUB, forwarders),
-DEALER-ROUTER, DEALER-DEALER, ROUTER-ROUTER, SURVEYOR-RESPONDENT, BUS-BUS.
+DEALER-ROUTER, DEALER-DEALER, ROUTER-ROUTER, SURVEYOR-RESPONDENT, BUS-BUS, RADIO-DISH
+(a RADIO also links to each node's hidden group directory).
 """
 
 from __future__ import annotations
 
 from a3m.core.socket_core import SocketCore
 from a3m.patterns.bus import Bus
+from a3m.patterns.groups import Dish, GroupDirectory, Radio
 from a3m.patterns.pair import Pair
 from a3m.patterns.pipeline import Pull, Push
 from a3m.patterns.pubsub import Pub, Sub, XPub, XSub
@@ -32,7 +34,9 @@ BUILTIN: dict[str, type[SocketCore]] = {
     "SURVEYOR": Surveyor,
     "RESPONDENT": Respondent,
     "BUS": Bus,
+    "RADIO": Radio,
+    "DISH": Dish,
 }
 
-__all__ = ["BUILTIN", "Bus", "Dealer", "Pair", "Pub", "Pull", "Push", "Rep", "Req",
+__all__ = ["BUILTIN", "Bus", "Dealer", "Dish", "GroupDirectory", "Pair", "Radio", "Pub", "Pull", "Push", "Rep", "Req",
            "Respondent", "Router", "Sub", "Surveyor", "XPub", "XSub"]

@@ -42,3 +42,8 @@ class FileDiscovery:
         """The key this file pins for ``node_id`` (None: none)."""
         self._refresh()
         return self._keys.get(node_id)
+
+    def nodes(self) -> list[str]:
+        """Every node id the file lists now."""
+        self._refresh()
+        return list(self._map)

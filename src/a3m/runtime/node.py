@@ -25,7 +25,7 @@ from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.exon.config import ExonConfig
 from a3m.exon.protocol import ExonProtocol
 from a3m.exon.secure import format_public_key
-from a3m.patterns import BUILTIN
+from a3m.patterns import BUILTIN, GroupDirectory
 from a3m.runtime.driver import Driver
 from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
 from a3m.runtime.identity import node_key, warn_key_refused
@@ -66,6 +66,8 @@ class ReceivedMessage:
     payload: bytes
     source: SocketId
     topic: bytes | None = None
+    #: DISH: the group the message was sent to.
+    group: str | None = None
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -114,8 +116,9 @@ class Node:
         self.id = node_id or f"node-{os.getpid()}-{os.urandom(4).hex()}"
         config = ExonConfig.from_options(options)
         rng = Random(seed)
+        self._resolver = make_resolver(discovery)
         self._proto = ExonProtocol(self.id, config, Random(rng.random()),
-                                   make_clock_store(clock_file), make_resolver(discovery),
+                                   make_clock_store(clock_file), self._resolver,
                                    path_mtu=path_mtu_for(config),
                                    key=(node_key(key, key_file, clock_file, node_id)
                                         if config.secure else None),
@@ -124,6 +127,9 @@ class Node:
                               max_message_size=config.max_message_size)
         for name, cls in BUILTIN.items():
             self._core.register_type(name, cls)
+        GroupDirectory.of(self._core)  # lists this node's DISH sockets to RADIOs
+        self._nodes_listed_at = -1.0
+        self._list_nodes(0.0)
         self.journal: NodeJournal | None = None
         if journal is not None:  # the delivery journal (SPEC 8), written by its own thread
             from a3m.journal import NodeJournal
@@ -151,7 +157,11 @@ class Node:
         ``Node.public_key``), only that key may ever speak as ``node_id`` here."""
         if isinstance(address, list):
             address = tuple(address)
-        self._driver.call(lambda: self._proto.associate(node_id, address, public_key))
+        def associate() -> None:
+            self._proto.associate(node_id, address, public_key)
+            self._core.node_known(node_id)
+
+        self._driver.call(associate)
 
     @property
     def public_key(self) -> str | None:
@@ -226,6 +236,7 @@ class Node:
         for sock in list(self._sockets.values()):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             clean = sock.close(left) and clean
+        clean = self._close_hidden(deadline) and clean
         bridge = self._bridge
         clean = self._driver.close_protocol(deadline, bridge.pump,
                                             lambda: bool(bridge.outbox)) and clean
@@ -266,7 +277,38 @@ class Node:
         with self._driver.lock:
             return self._proto.unreachable_peers()
 
+    def _close_hidden(self, deadline: float | None) -> bool:
+        """Close the sockets the application has no handle on (the group directory)."""
+        drv = self._driver
+        with drv.lock:
+            hidden = [c for tag, c in self._core.sockets.items() if tag not in self._sockets]
+            for core in hidden:
+                core.close(time.monotonic())
+            self._after_call()
+            while not all(c.is_drained for c in hidden) and drv.running:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                drv.wait(0.05 if left is None else min(left, 0.05))
+        return True
+
+    def _list_nodes(self, now: float) -> None:
+        """Tell the core of the nodes the discovery source lists (RADIOs look among them);
+        a file source is looked at again every second."""
+        nodes = getattr(self._resolver, "nodes", None)
+        if nodes is None or now - self._nodes_listed_at < 1.0:
+            return
+        self._nodes_listed_at = now
+        try:
+            listed = nodes()
+        except (OSError, ValueError):
+            return  # a file being rewritten: next time
+        for node_id in listed:
+            self._core.node_known(str(node_id))
+
     def _on_turn(self, now: float) -> None:
+        if self._core.nodes_watched:
+            self._list_nodes(now)
         t = self._core.next_timer()
         if t is not None and t <= now:
             self._core.handle_timer(now)
@@ -365,9 +407,11 @@ class Socket:
                 if core.try_send(data, **kw):
                     self.node._after_call()
                     return
+                why = self._why_blocked()
                 deadline, left = _time_left(
-                    timeout, deadline, now, f"{self.kind} socket {self.id.tag!r} cannot send now",
-                    f"send on {self.id.tag!r}")
+                    timeout, deadline, now,
+                    f"{self.kind} socket {self.id.tag!r} cannot send now{why}",
+                    f"send on {self.id.tag!r}{why}")
                 refusal = core.fatal_refusal()
                 if refusal is not None and not core.links:
                     raise LinkRefused(REASONS.get(refusal, hex(refusal)))
@@ -402,10 +446,11 @@ class Socket:
                     self.node._after_call()
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
+                    why = self._why_blocked()
                     deadline, left = _time_left(
                         timeout, deadline, now,
-                        f"{self.kind} socket {self.id.tag!r} cannot send now",
-                        f"send_many on {self.id.tag!r}")
+                        f"{self.kind} socket {self.id.tag!r} cannot send now{why}",
+                        f"send_many on {self.id.tag!r}{why}")
                 except (WouldBlock, Timeout):
                     if sent:
                         return sent
@@ -427,7 +472,9 @@ class Socket:
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
         got = self._recv(timeout)[0]
-        return ReceivedMessage(got.payload, SocketId(*got.source), got.topic)
+        attrs = got.attrs
+        return ReceivedMessage(got.payload, SocketId(*got.source), got.topic,
+                               None if attrs is None else attrs.get("group"))
 
     def recv(self, timeout: float | None = None) -> bytes:
         """The next message's payload."""
@@ -464,6 +511,36 @@ class Socket:
 
     def unsubscribe(self, topic: bytes | str) -> None:
         self._pattern_call("unsubscribe", topic)
+
+    def join(self, group: str | bytes) -> None:
+        """DISH: receive what RADIOs send to ``group``."""
+        self._pattern_call("join", group)
+
+    def leave(self, group: str | bytes) -> None:
+        """DISH: stop being a member of ``group`` (what was already sent to it still comes)."""
+        self._pattern_call("leave", group)
+
+    def members(self, group: str | bytes, timeout: float | None = 0) -> list[SocketId]:
+        """RADIO: the DISH sockets a send to ``group`` reaches now (the view), waiting up to
+        ``timeout`` seconds (None: for ever) for it to be non-empty."""
+        method = getattr(self._core, "members", None)
+        if method is None:
+            raise UsageError(f"a {self.kind} socket has no members()")
+        _check_timeout(timeout)
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        with drv.lock:
+            while True:
+                self._check_open()
+                got = method(group)
+                left = None if deadline is None else deadline - time.monotonic()
+                if got or (left is not None and left <= 0):
+                    return [SocketId(*peer) for peer in got]
+                drv.wait(0.05 if left is None else min(left, 0.05))
+
+    def _why_blocked(self) -> str:
+        why = self._core.blocked_reason()
+        return f" ({why})" if why else ""
 
     def _pattern_call(self, name: str, *args: Any) -> None:
         method = getattr(self._core, name, None)

@@ -16,7 +16,7 @@ from typing import Any
 from a3m.core.node_core import NodeCore
 from a3m.core.transport import ExonBridge
 from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore
-from a3m.patterns import BUILTIN
+from a3m.patterns import BUILTIN, GroupDirectory
 from a3m.testing.sim_keys import sim_entropy, sim_key
 
 
@@ -33,6 +33,7 @@ class NodeHost:
                              max_message_size=config.max_message_size)
         for kind, cls in BUILTIN.items():
             self.core.register_type(kind, cls)
+        GroupDirectory.of(self.core)  # as a3m.Node: RADIOs find this node's DISHes
         self.bridge = ExonBridge(self.core, self.proto)  # as a3m.Node: the same glue
         self.app: Callable[[NodeHost, float], None] | None = None
         self.now = 0.0
