@@ -16,7 +16,7 @@ from core.pipe import Pipe
 COMPATIBLE = {frozenset(p) for p in [("PAIR",), ("PUSH", "PULL"), ("REQ", "REP"), ("PUB", "SUB"),
                                      ("PUB", "XSUB"), ("XPUB", "SUB"), ("XPUB", "XSUB"),
                                      ("DEALER", "ROUTER"), ("DEALER",), ("ROUTER",),
-                                     ("SURVEYOR", "RESPONDENT"), ("BUS",)]}
+                                     ("SURVEYOR", "RESPONDENT"), ("BUS",), ("RADIO", "DISH")]}
 
 
 def recv_all(sock: SocketCore) -> list[bytes]:

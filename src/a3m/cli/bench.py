@@ -7,7 +7,9 @@ draws saved results (``--out``) without measuring anything, one panel each.
 path (:mod:`a3m.testing.netem`: network namespaces, so root) instead of plain loopback.
 
 ``a3m bench pipeline`` runs one Spark streaming aggregation and sink fed by Spark's ``rate``
-source and by the ``a3m`` source (:mod:`a3m.benchmarks.pipeline`).
+source and by the ``a3m`` source (:mod:`a3m.benchmarks.pipeline`). ``a3m bench groups`` sends
+to groups of 1, 4 and 16 DISHes (ALL) beside a PUB with as many SUBs
+(:mod:`a3m.benchmarks.groups`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc", "pipeline")
+BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc", "pipeline", "groups")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,6 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="from_files", nargs="+", metavar="RESULT.json",
                    help="with --plot: draw these saved results (from --out), one panel each, "
                         "instead of running a workload")
+    gp = p.add_argument_group("groups", "RADIO/DISH fan-out beside PUB/SUB")
+    gp.add_argument("--members", default="1,4,16",
+                    help="group sizes, one run each (default 1,4,16; --messages per run: "
+                         "20000 unless given)")
     sp = p.add_argument_group("pipeline", "the Spark query fed by rate and by a3m")
     sp.add_argument("--readings", type=int, default=200_000,
                     help="readings per a3m run (default 200000)")
@@ -99,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workload == "pipeline":
         return _pipeline(args, plot)
+    if args.workload == "groups":
+        return _groups(args, plot)
     if args.workload == "rpc" or (args.workload == "pushpull" and (
             args.loss is not None or args.delay is not None or args.rate)):
         return _emulated(args, plot)
@@ -180,6 +188,38 @@ def _pipeline(args: argparse.Namespace, plot: str | None) -> int:
                           str(r["end_to_end_s"]), f"{r['readings_per_s']:,}", str(r["exact"]))
         Console(stderr=True).print(table)
         print(f"a3m (best) / rate: {result['a3m_over_rate']}", file=sys.stderr)
+    return 0 if result["exact"] else 1
+
+
+def _groups(args: argparse.Namespace, plot: str | None) -> int:
+    """RADIO/DISH ALL to 1, 4, 16 members beside PUB/SUB, in one run."""
+    from a3m.benchmarks import groups
+
+    try:
+        sizes = tuple(int(x) for x in args.members.split(",") if x.strip())
+    except ValueError:
+        return _error(f"--members takes counts separated by commas, not {args.members!r}")
+    if not sizes or min(sizes) < 1:
+        return _error("--members needs counts >= 1")
+    messages = 20_000 if args.messages == 200_000 else args.messages
+
+    def progress(msg: str) -> None:
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+    result = groups.run_groups(messages, max(4, args.size), sizes, progress)
+    if plot:
+        result["plot"] = plot
+    text = json.dumps(result, indent=None if args.json else 2)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if plot:
+        groups.plot(result, plot)
+        progress(f"chart written to {plot}")
+    print(text if args.json else
+          "\n".join(f"{r['kind']:15} {r['members']:3} members: "
+                    f"{r['msgs_per_s_per_member']:>8,} msg/s per member, exact={r['exact']}"
+                    for r in result["runs"]))
     return 0 if result["exact"] else 1
 
 
