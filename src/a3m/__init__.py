@@ -65,8 +65,8 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "ALL", "BUS", "DEALER", "DISH", "ONE", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "RADIO", "REP", "REQ",
-    "RESPONDENT", "ROUTER", "SUB", "SURVEYOR", "XPUB", "XSUB",
+    "ALL", "BUS", "DEALER", "DISH", "ONE", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH",
+    "RADIO", "REP", "REQ", "RESPONDENT", "ROUTER", "SUB", "SURVEYOR", "XPUB", "XSUB",
     "Node", "Poller", "ReceivedMessage", "Socket", "SocketId", "proxy",
     "A3MError",
     "Broken",

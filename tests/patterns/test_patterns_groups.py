@@ -228,3 +228,15 @@ def test_asyncio_forms() -> None:
             assert await radio.members("g", timeout=0.1) == []
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_bench_groups_counts_every_member_exactly(tmp_path: Path) -> None:
+    from a3m.benchmarks import groups
+
+    result = groups.run_groups(messages=600, size=64, members=(1, 3))
+    assert result["exact"] and len(result["runs"]) == 4
+    assert {(r["kind"], r["members"]) for r in result["runs"]} == {
+        ("RADIO/DISH ALL", 1), ("PUB/SUB", 1), ("RADIO/DISH ALL", 3), ("PUB/SUB", 3)}
+    assert all(r["msgs_per_s_per_member"] > 0 for r in result["runs"])
+    assert set(result["radio_vs_pubsub"]) == {"1", "3"}
+    assert Path(groups.plot(result, str(tmp_path / "g.png"))).stat().st_size > 1000

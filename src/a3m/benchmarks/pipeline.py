@@ -4,8 +4,8 @@ and by the ``a3m`` source (1, 2, 4 partitions) in the same run.
 The query, the same for every feed: readings (``node``, JSON ``payload`` with ``seq``, ``ts``,
 ``value``) are parsed, grouped by producer and 1-second event-time window (watermark 30 s)
 with ``count`` and ``avg``, and the windows go out through the ``a3m`` sink (complete mode:
-Python sinks take append or complete, not update) to a PULL socket in this process, which keeps the latest count per window: their sum is
-the number of readings aggregated so far.
+Python sinks take append or complete, not update) to a PULL socket in this process, which
+keeps the latest count per window: their sum is the number of readings aggregated so far.
 
 - ``rate``: Spark's built-in ``rate-micro-batch`` source, ``rowsPerBatch`` rows each micro-batch
   (200 k by default), batches back to back, so the query's own ceiling shows; each row becomes a
