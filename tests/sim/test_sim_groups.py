@@ -27,7 +27,11 @@ from .test_sim_patterns import CASES, CFG, IDS, count, network
 
 PER_RADIO = 600  # messages per RADIO and group
 PACE_S = 0.01  # one message per RADIO and group every 10 ms from t=0.5 (until t=6.5)
-CONVERGE_S = 8.0  # bound on the view's convergence after the last change (retry_max_s 5 s)
+#: Bound on the views' convergence once every message is in. At 35 % loss each way a new
+#: node costs a secure handshake (an attempt succeeds with p ~ 0.42, retried at most every
+#: 2 s), then the directory link and the DISH link: over seeds 1-20 the slowest converged 49 s
+#: after the last change (tests/sim figures in NOTES.md); without loss, one or two path delays.
+CONVERGE_S = 60.0
 
 
 def hosts(net: Network, names: list[str], rng: Random) -> dict[str, NodeHost]:
@@ -160,8 +164,24 @@ def test_groups_all_and_one_exactly_once_through_joins_leaves_and_a_partition(
               "one": {("d0", "in"), ("d1", "in"), ("d3", "in")}}
     net.run_until(lambda: all(view(rsock[r], g) == expect[g] for r in radios for g in expect),
                   max_time=max(net.now, last_change) + CONVERGE_S, what="views converged")
-    # Each member received some messages after joining (the view reached it).
-    assert all(any(d in got[p] for p in got) for d in ("d0", "d3", "d4", "d5"))
+    # Once converged, a send reaches every member of each group: 10 more per RADIO and group.
+    tail: list[bytes] = []
+    for r in radios:
+        for group, strategy in (("all", ALL), ("one", ONE)):
+            for i in range(PER_RADIO, PER_RADIO + 10):
+                payload = b"%s|%s|%d" % (r.encode(), group.encode(), i)
+                assert rsock[r].try_send(payload, group=group, strategy=strategy)
+                sent_to[payload] = expect[group]
+                tail.append(payload)
+        net.flush(r)
+    net.run_until(lambda: all(len(got[p]) >= (5 if b"|all|" in p else 1) for p in tail),
+                  max_time=net.now + 60, what="sends after convergence delivered")
+    net.run_for(1.0)
+    for p in tail:
+        if b"|all|" in p:
+            assert sorted(got[p]) == ["d0", "d1", "d3", "d4", "d5"], p
+        else:
+            assert len(got[p]) == 1 and got[p][0] in ("d0", "d1", "d3"), p
     count(net, sum(len(v) for v in got.values()))
 
 
@@ -198,3 +218,80 @@ def test_groups_view_converges_after_a_change_within_a_bound() -> None:
     dish.leave("g")  # type: ignore[attr-defined]
     net.flush("a")
     net.run_until(lambda: view(radio, "g") == {("b", "in")}, max_time=t2 + 1.0, what="leave")
+
+
+def test_one_fails_over_when_a_member_node_crashes_and_never_delivers_twice() -> None:
+    """ONE to three members; one member's node crashes mid-stream (no UNLINK, nothing ever
+    again). The RADIO keeps sending: the dead member has no credit left soon and is skipped,
+    then its link ends (peer_timeout_s) and it leaves the view. No message arrives twice; each
+    one that never arrived had gone to the dead member (the strategy, plugged in through
+    ``Radio.strategies`` as a user's would be, records where each went)."""
+    from a3m.patterns.groups import Radio, _send_one
+
+    chosen: dict[bytes, tuple[str, str]] = {}
+
+    def tracked(radio: Radio, members: list, framed: bytes) -> bool:  # type: ignore[type-arg]
+        before = {lk.peer: lk.next_seq for lk in members}
+        if not _send_one(radio, members, framed):
+            return False
+        chosen[framed[2 + framed[1]:]] = next(lk.peer for lk in members
+                                                if lk.next_seq != before[lk.peer])
+        return True
+
+    class TrackedRadio(Radio):
+        strategies = {**Radio.strategies, "TRACKED": tracked}
+
+    _, seed, model = CASES[0]
+    net = network(CASES[0], 23)
+    rng = Random(net.seed)
+    names = ["r", "a", "b", "c"]
+    h = hosts(net, names, rng)
+    for d in "abc":
+        know(h, net, "r", d)
+        h[d].proto.associate("r", net.address["r"])
+        h[d].core.create("DISH", "in").join("work")  # type: ignore[attr-defined]
+    radio = h["r"].core.create(TrackedRadio, "out", strategy="TRACKED")
+    got: Counter[bytes] = Counter()
+    sent: list[bytes] = []
+    total = 3000
+
+    started = [False]
+
+    def sender(host: NodeHost, now: float) -> None:
+        started[0] = started[0] or len(radio.members("work")) == 3  # type: ignore[attr-defined]
+        while started[0] and len(sent) < total and radio.members("work"):  # type: ignore[attr-defined]
+            payload = b"%d" % len(sent)
+            if not radio.try_send(payload, group="work"):
+                return
+            sent.append(payload)
+
+    def member(host: NodeHost, now: float) -> None:
+        sock = host.core.sockets["in"]
+        while (msg := sock.try_recv()) is not None:
+            got[msg.payload] += 1
+
+    h["r"].app = sender
+    for d in "abc":
+        h[d].app = member
+    for n in h:
+        net.flush(n)
+    net.run_until(lambda: len(sent) >= 500, max_time=60, what="stream under way")
+    net.remove("b")  # b's node crashes
+    crashed_at = net.now
+    net.run_until(lambda: len(sent) == total and sum(got.values()) + sum(
+        1 for p in sent if chosen[p] == ("b", "in") and not got[p]) >= total,
+        max_time=crashed_at + 120, what="every message delivered or gone with b")
+    net.run_until(lambda: ("b", "in") not in radio.members("work"),  # type: ignore[attr-defined]
+                  max_time=crashed_at + 60, what="b out of the view")
+    net.run_for(1.0)
+    assert max(got.values()) == 1
+    missing = [p for p in sent if not got[p]]
+    assert all(chosen[p] == ("b", "in") for p in missing)
+    assert sum(1 for p in sent if chosen[p] != ("b", "in")) + sum(
+        1 for p in sent if chosen[p] == ("b", "in") and got[p]) == sum(got.values())
+    after = [p for p in sent[-500:]]  # long after the crash: only the living members
+    assert all(chosen[p] != ("b", "in") for p in after)
+    # b's link ended: its messages in flight were of unknown outcome (members_lost) or b was
+    # given up as unreachable (peer_timeout_s).
+    assert radio.stats["members_lost"] + h["r"].bridge.peers_unreachable >= 1
+    assert any(chosen[p] == ("b", "in") for p in sent[:500])
