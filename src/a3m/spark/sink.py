@@ -7,7 +7,10 @@ Options (case-insensitive): ``peers`` (required, ``node/socket`` comma-separated
 (the host to bind; each Python worker takes its own port), ``type`` (``PUSH`` or ``PUB``; PUB
 reads a ``topic`` column), ``ledger`` (directory of the delivery ledger, default
 ``<tmp>/a3m-sink/<node>``; on a cluster it must be shared by the executors), ``timeout``
-(seconds a task waits for links and for delivery, 60).
+(seconds a task waits for links and for delivery, 60), ``idempotent`` (``true``: each message
+in an envelope naming its task and sequence, for a receiver's
+:class:`~a3m.spark.idempotent.Deduplicator`; then even a worker killed between delivering and
+writing its marker delivers each row once).
 
 Each task sends its rows, waits until the peers' nodes acknowledged every one
 (:meth:`a3m.Node.flush`), then writes a marker ``<batchId>/<partition>`` in the ledger. A task
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 import threading
 import uuid
@@ -26,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+
+from a3m.spark.idempotent import wrap
 
 KEEP_BATCHES = 100  # ledger markers kept behind the last committed batch
 
@@ -47,7 +53,14 @@ class SinkCommit(WriterCommitMessage):  # type: ignore[misc]
 
 
 class Ledger:
-    """Markers of (batch, partition) pairs whose rows were all delivered."""
+    """Markers of (batch, partition) pairs whose rows were all delivered: a local directory
+    (or shared mount), or any ``pyarrow.fs`` URI (``hdfs://``, ``s3://``, ...) that every
+    executor reaches."""
+
+    def __new__(cls, directory: str | os.PathLike[str]) -> Ledger:
+        if cls is Ledger and "://" in str(directory):
+            return super().__new__(FsLedger)
+        return super().__new__(cls)
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.dir = Path(directory)
@@ -82,6 +95,56 @@ class Ledger:
                 d.rmdir()
 
 
+class FsLedger(Ledger):
+    """The ledger on a ``pyarrow.fs`` filesystem: a marker is written under a temporary name
+    and moved into place (one object written whole, on object stores)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        import pyarrow.fs as pafs  # type: ignore[import-untyped]
+
+        self.fs, root = pafs.FileSystem.from_uri(str(directory))
+        self.root = root.rstrip("/")
+        self.dir = Path(root)
+
+    def _key(self, batch_id: int, partition: int) -> str:
+        return f"{self.root}/{batch_id:012d}/{partition:06d}.json"
+
+    def done(self, batch_id: int, partition: int) -> dict[str, Any] | None:
+        try:
+            with self.fs.open_input_stream(self._key(batch_id, partition)) as f:
+                result: dict[str, Any] = json.loads(f.read())
+            return result
+        except (FileNotFoundError, OSError, json.JSONDecodeError):
+            return None
+
+    def mark(self, batch_id: int, partition: int, sent: int, complete: bool = True) -> None:
+        key = self._key(batch_id, partition)
+        self.fs.create_dir(key.rpartition("/")[0], recursive=True)
+        tmp = f"{key}.{uuid.uuid4().hex[:8]}.tmp"
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(json.dumps({"sent": sent, "complete": complete}).encode())
+        self.fs.move(tmp, key)
+
+    def prune(self, below: int) -> None:
+        import pyarrow.fs as pafs
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        except OSError:
+            return
+        for info in infos:
+            name = info.path.rstrip("/").rpartition("/")[2]
+            if info.type == pafs.FileType.Directory and name.isdigit() and int(name) < below:
+                self.fs.delete_dir(info.path)
+
+
+def _row_key(row: Any) -> tuple[bytes, bytes]:
+    payload = row["payload"]
+    topic = row["topic"] if "topic" in getattr(row, "__fields__", ()) else None
+    return (payload.encode() if isinstance(payload, str) else bytes(payload),
+            b"" if topic is None else topic.encode() if isinstance(topic, str) else bytes(topic))
+
+
 def _split(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
@@ -105,6 +168,14 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
         self.ledger_dir = _opt(options, "ledger") or os.path.join(
             tempfile.gettempdir(), "a3m-sink", self.node)
         self.timeout = float(_opt(options, "timeout", "60") or 60)
+        flag = (_opt(options, "idempotent", "false") or "false").lower()
+        if flag not in ("true", "false"):
+            raise ValueError("the a3m sink's idempotent option is true or false")
+        self.idempotent = flag == "true"
+        # A test's fault injection: "kill-after-send:<file>" makes the task that finds the
+        # file delete it and SIGKILL its own Python worker after its rows were delivered and
+        # before its ledger marker (the case only the idempotent envelope covers).
+        self.failpoint = _opt(options, "failpoint")
         names = schema.fieldNames() if schema is not None else []
         if "payload" not in names:
             raise ValueError("the a3m sink sends a 'payload' column (binary or string)")
@@ -149,6 +220,11 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
         skip = int(mark["sent"]) if mark else 0  # an earlier attempt delivered these first rows
         # Take every row before sending any, so a failure upstream sends nothing.
         rows = [r for r in iterator if r["payload"] is not None]
+        producer = None
+        if self.idempotent:
+            query = ctx.getLocalProperty("sql.streaming.queryId") or "query"
+            producer = f"{query}/{batch_id}/{partition}"
+            rows.sort(key=_row_key)  # every attempt sends the same rows in the same order
         node, sock = self._socket()
         sent = skip
         try:
@@ -156,6 +232,8 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
                 payload = row["payload"]
                 if isinstance(payload, str):
                     payload = payload.encode()
+                if producer is not None:
+                    payload = wrap(producer, sent, bytes(payload))
                 if self.kind == "PUB":
                     topic = row["topic"]
                     sock.send(bytes(payload), timeout=self.timeout,
@@ -166,6 +244,7 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
                 sent += 1
             if not node.flush(timeout=self.timeout):
                 raise RuntimeError("a3m sink: peers did not acknowledge the batch in time")
+            self._failpoint()
         except BaseException:
             # What was handed to the node is delivered while this worker lives: record it so
             # the task's retry sends only the rest.
@@ -174,6 +253,15 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
             raise
         ledger.mark(batch_id, partition, sent)
         return SinkCommit(batch_id, partition, sent - skip, False)
+
+    def _failpoint(self) -> None:
+        if self.failpoint and self.failpoint.startswith("kill-after-send:"):
+            flag = self.failpoint.partition(":")[2]
+            try:
+                os.unlink(flag)
+            except FileNotFoundError:
+                return
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
         Ledger(self.ledger_dir).prune(batchId - KEEP_BATCHES)

@@ -1,0 +1,133 @@
+"""Issue 15, item 2: an idempotent sink. A Python worker SIGKILLed after its rows were
+delivered and before its ledger marker makes the query fail; restarted from the checkpoint,
+the batch is replayed and the task sends its rows again. Without the envelope the peer gets
+them twice (the documented exception); with ``idempotent=true`` the receiver's Deduplicator
+drops the repeats and each row counts once. Also: the envelope and Deduplicator themselves,
+and the ledger on a ``pyarrow.fs`` URI."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import a3m
+from a3m.spark.idempotent import Deduplicator, unwrap, wrap
+from a3m.spark.sink import FsLedger, Ledger
+
+
+def test_envelope_and_deduplicator(tmp_path: Path) -> None:
+    m = wrap("q/3/1", 7, b"payload")
+    assert unwrap(m) == ("q/3/1", 7, b"payload")
+    for bad in (b"", b"xx", b"\xa3I\x05ab", b"\xa3I\x01a\x00"):
+        with pytest.raises(ValueError):
+            unwrap(bad)
+    d = Deduplicator(tmp_path / "state.json", max_producers=2)
+    assert [d.accept(wrap("p", i, b"%d" % i)) for i in range(3)] == [b"0", b"1", b"2"]
+    assert [d.accept(wrap("p", i, b"%d" % i)) for i in range(4)] == [None, None, None, b"3"]
+    assert (d.accepted, d.duplicates) == (4, 3)
+    d.save()
+    again = Deduplicator(tmp_path / "state.json")
+    assert again.accept(wrap("p", 3, b"3")) is None and again.accept(wrap("p", 4, b"4")) == b"4"
+    d.accept(wrap("a", 0, b""))
+    d.accept(wrap("b", 0, b""))
+    assert "p" not in d.next  # the least recently seen producer is forgotten past the bound
+
+
+def test_ledger_on_a_pyarrow_uri(tmp_path: Path) -> None:
+    ledger = Ledger(f"file://{tmp_path}/ledger")
+    assert isinstance(ledger, FsLedger)
+    assert ledger.done(4, 1) is None
+    ledger.mark(4, 1, 10, complete=False)
+    assert ledger.done(4, 1) == {"sent": 10, "complete": False}
+    ledger.mark(4, 1, 12)
+    assert ledger.done(4, 1) == {"sent": 12, "complete": True}
+    ledger.mark(9, 0, 1)
+    ledger.prune(5)
+    assert ledger.done(4, 1) is None and ledger.done(9, 0) is not None
+
+
+def _wait(cond: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _run(spark: Any, tmp_path: Path, idempotent: bool) -> tuple[list[bytes], int]:
+    """600 rows in two files; the first task to deliver is killed before its marker; the
+    query is restarted from its checkpoint. Returns what the peer's application got and how
+    many raw messages arrived."""
+    src, ck = tmp_path / "in", tmp_path / "ck"
+    src.mkdir()
+    flag = tmp_path / "kill-once"
+    flag.write_text("")
+    raw: list[bytes] = []
+    with a3m.Node(f"dedup-peer-{idempotent}") as peer:
+        pull = peer.socket(a3m.PULL, "rows")
+        stop = threading.Event()
+
+        def drain() -> None:
+            while not stop.is_set():
+                try:
+                    raw.extend(pull.recv_many(1024, timeout=0.1))
+                except a3m.Timeout:
+                    pass
+
+        drainer = threading.Thread(target=drain)
+        drainer.start()
+        host, port = peer.address
+
+        def start() -> Any:
+            df = spark.readStream.schema("payload string").json(str(src))
+            return (df.writeStream.format("a3m").option("peers", f"{peer.id}/rows")
+                    .option("addresses", f"{peer.id}={host}:{port}")
+                    .option("ledger", f"file://{tmp_path}/ledger")
+                    .option("idempotent", str(idempotent).lower())
+                    .option("failpoint", f"kill-after-send:{flag}")
+                    .option("checkpointLocation", str(ck)).start())
+
+        try:
+            for k in range(2):
+                (src / f"f{k}.json").write_text(
+                    "\n".join(json.dumps({"payload": f"r{k}-{i}"}) for i in range(300)))
+            q = start()
+            with pytest.raises(Exception):  # noqa: B017 (Spark wraps the worker's death)
+                q.processAllAvailable()
+            assert not flag.exists()  # the failpoint fired: a worker died before its marker
+            q.stop()
+            q = start()
+            q.processAllAvailable()
+            q.stop()
+            _wait(lambda: len(raw) >= 600, 30, "600 rows at the peer")
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            drainer.join()
+    if not idempotent:
+        return raw, len(raw)
+    dedup = Deduplicator()
+    got = [p for m in raw if (p := dedup.accept(m)) is not None]
+    return got, len(raw)
+
+
+@pytest.mark.spark
+def test_a_killed_worker_duplicates_without_the_envelope(tmp_path: Path, spark: Any) -> None:
+    got, raw = _run(spark, tmp_path, idempotent=False)
+    counts = Counter(got)
+    assert set(counts) == {f"r{k}-{i}".encode() for k in range(2) for i in range(300)}
+    assert raw > 600 and max(counts.values()) == 2  # the killed task's rows, twice
+
+
+@pytest.mark.spark
+def test_a_killed_worker_delivers_each_row_once_with_the_envelope(tmp_path: Path,
+                                                                  spark: Any) -> None:
+    got, raw = _run(spark, tmp_path, idempotent=True)
+    assert raw > 600  # the retry did send the killed task's rows again...
+    assert sorted(got) == sorted(f"r{k}-{i}".encode() for k in range(2) for i in range(300))
