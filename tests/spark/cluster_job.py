@@ -1,6 +1,9 @@
 """The driver of tests/spark/test_spark_cluster.py, in a process of its own (one SparkContext
-per process): the a3m source -> the idempotent a3m sink on a standalone cluster, stopped and
-restarted from its checkpoint when the test says so."""
+per process): the a3m source -> the idempotent a3m sink on a standalone cluster.
+
+``first``: run until the test writes ``restart``, then stop the query and the driver (the
+source's collector lives on, detached, holding what producers send meanwhile). ``second``: a
+new driver on the same checkpoint, until ``done``; then the collector is stopped too."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ def wait_for(flag: Path, query: object, limit: float) -> None:
 
 
 def main() -> None:
-    master, work, bind, peer = sys.argv[1:5]
+    phase, master, work, bind, peer = sys.argv[1:6]
     w = Path(work)
     spark = get_or_create(master, app_name="a3m-cluster-test", conf={
         "spark.executor.memory": "512m", "spark.executor.cores": "1",
@@ -44,16 +47,17 @@ def main() -> None:
                 .trigger(processingTime="200 milliseconds").start())
 
     q = start()
-    (w / "started").write_text("")
-    wait_for(w / "restart", q, 300)
-    q.stop()  # type: ignore[attr-defined]
-    q = start()
+    if phase == "first":
+        (w / "started").write_text("")
+        wait_for(w / "restart", q, 300)
+        q.stop()  # type: ignore[attr-defined]
+        spark.stop()
+        return
     (w / "restarted").write_text("")
     wait_for(w / "done", q, 300)
     q.stop()  # type: ignore[attr-defined]
     collector.stop(w / "spool")
     spark.stop()
-
 
 if __name__ == "__main__":
     main()

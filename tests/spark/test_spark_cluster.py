@@ -1,7 +1,8 @@
 """Issue 15, item 3: the pipeline on a real Spark standalone cluster, a master and two workers
 started from the pyspark install. Producers -> the a3m source -> Spark -> the idempotent a3m
-sink -> a PULL socket here, with a query restart from the checkpoint and a worker SIGKILLed
-mid-stream (its executor goes with it; Spark runs the tasks again on the other). Each message
+sink -> a PULL socket here, with a worker SIGKILLed mid-stream (its executor goes with it;
+Spark runs the tasks again on the other) and a driver restart (a new driver process resumes
+the query from its checkpoint while producers keep sending). Each message
 must come out exactly once after the receiver's Deduplicator. Bounded in time; skipped only
 without Java."""
 
@@ -67,7 +68,7 @@ def _wait(cond: Any, limit: float, what: str, procs: list[subprocess.Popen[bytes
 
 
 @pytest.mark.spark
-def test_exactly_once_on_a_two_worker_cluster_with_a_restart_and_a_killed_worker(
+def test_exactly_once_on_a_two_worker_cluster_with_a_killed_worker_and_a_new_driver(
         tmp_path: Path) -> None:
     mport = _port()
     master_url = f"spark://127.0.0.1:{mport}"
@@ -103,11 +104,15 @@ def test_exactly_once_on_a_two_worker_cluster_with_a_restart_and_a_killed_worker
             host, port = peer.address
             work = tmp_path / "job"
             work.mkdir()
-            driver = subprocess.Popen(
-                [sys.executable, str(Path(__file__).with_name("cluster_job.py")), master_url,
-                 str(work), f"127.0.0.1:{bind_port}", f"cluster-peer={host}:{port}"],
-                stdout=(tmp_path / "driver.log").open("wb"), stderr=subprocess.STDOUT,
-                start_new_session=True)
+            def start_driver(phase: str) -> subprocess.Popen[bytes]:
+                return subprocess.Popen(
+                    [sys.executable, str(Path(__file__).with_name("cluster_job.py")), phase,
+                     master_url, str(work), f"127.0.0.1:{bind_port}",
+                     f"cluster-peer={host}:{port}"],
+                    stdout=(tmp_path / f"driver-{phase}.log").open("wb"),
+                    stderr=subprocess.STDOUT, start_new_session=True)
+
+            driver = start_driver("first")
             _wait(lambda: (work / "started").exists(), 120, "the query started", [driver])
             prod.associate("cluster-collector", ("127.0.0.1", bind_port))
             push = prod.socket(a3m.PUSH, "out")
@@ -132,13 +137,16 @@ def test_exactly_once_on_a_two_worker_cluster_with_a_restart_and_a_killed_worker
             push.send_many([b"m-%d" % i for i in range(1000, 2000)], timeout=60)
             _wait(lambda: counted() >= 1500, 180, "1500 rows after the kill", [driver])
             (work / "restart").write_text("")
-            _wait(lambda: (work / "restarted").exists(), 120, "the query restarted", [driver])
-            push.send_many([b"m-%d" % i for i in range(2000, TOTAL)], timeout=60)
+            assert driver.wait(120) == 0, (tmp_path / "driver-first.log").read_text()[-3000:]
+            push.send_many([b"m-%d" % i for i in range(2000, 2500)], timeout=60)  # no driver
+            driver = start_driver("second")
+            _wait(lambda: (work / "restarted").exists(), 120, "a new driver", [driver])
+            push.send_many([b"m-%d" % i for i in range(2500, TOTAL)], timeout=60)
             _wait(lambda: counted() >= TOTAL, 180, f"{TOTAL} rows", [driver])
             time.sleep(1.0)
             assert counted() == TOTAL  # nothing more: no duplicate came late
             (work / "done").write_text("")
-            assert driver.wait(120) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+            assert driver.wait(120) == 0, (tmp_path / "driver-second.log").read_text()[-3000:]
             stop.set()
             drainer.join()
     finally:
@@ -150,4 +158,4 @@ def test_exactly_once_on_a_two_worker_cluster_with_a_restart_and_a_killed_worker
             _kill(d)
     assert seen == {b"m-%d" % i for i in range(TOTAL)}
     assert dedup.accepted == TOTAL
-    assert "Lost executor" in (tmp_path / "driver.log").read_text(errors="replace")
+    assert "Lost executor" in (tmp_path / "driver-first.log").read_text(errors="replace")
