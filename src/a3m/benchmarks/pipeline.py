@@ -174,13 +174,13 @@ def run_rate(spark: Any, results: Results, work: Path, producers: int, rows_per_
             "readings": n2 - n1, "readings_per_s": round(rate)}
 
 
-def _produce(targets: list[tuple[str, str]], producers: int, per: int, batch: int,
+def _produce(targets: list[tuple[str, str]], names: list[str], per: int, batch: int,
              conn: Any) -> None:
-    """A producer process: ``producers`` nodes, each with a PUSH socket linked to every
+    """A producer process: one node per name, each with a PUSH socket linked to every
     partition's node; sends when told, reports the seconds it took."""
     import a3m
 
-    nodes = [a3m.Node(f"producer-{i}") for i in range(producers)]
+    nodes = [a3m.Node(name) for name in names]
     socks = []
     for node in nodes:
         push = node.socket(a3m.PUSH, "readings")
@@ -218,7 +218,8 @@ def _produce(targets: list[tuple[str, str]], producers: int, per: int, batch: in
 
 
 def run_a3m(spark: Any, results: Results, work: Path, partitions: int, producers: int,
-            readings: int, progress: Progress, batch: int = 256) -> dict[str, Any]:
+            readings: int, progress: Progress, batch: int = 256,
+            processes: int = 1) -> dict[str, Any]:
     from a3m.spark import collector
     from a3m.spark.source import A3MStreamReader
 
@@ -232,9 +233,8 @@ def run_a3m(spark: Any, results: Results, work: Path, partitions: int, producers
     results.reset()
     query = _start(spark, df, results, run)
     ctx = mp.get_context("spawn")
-    here, there = ctx.Pipe()
     per = readings // producers
-    proc = None
+    procs: list[tuple[Any, Any]] = []
     try:
         deadline = time.monotonic() + 60
         while not all(collector.running(loc) for loc in reader.locations):
@@ -243,13 +243,20 @@ def run_a3m(spark: Any, results: Results, work: Path, partitions: int, producers
                                    f"({query.exception()})")
             time.sleep(0.1)
         targets = list(zip(reader.node_ids(), reader.binds, strict=True))
-        proc = ctx.Process(target=_produce, args=(targets, producers, per, batch, there))
-        proc.start()
-        if not here.poll(60) or here.recv() != "ready":
-            raise RuntimeError("the producers did not link in 60 s")
+        names = [f"producer-{i}" for i in range(producers)]
+        for j in range(processes):
+            here, there = ctx.Pipe()
+            proc = ctx.Process(target=_produce,
+                               args=(targets, names[j::processes], per, batch, there))
+            proc.start()
+            procs.append((proc, here))
+        for _, here in procs:
+            if not here.poll(60) or here.recv() != "ready":
+                raise RuntimeError("the producers did not link in 60 s")
         total = per * producers
         t0 = time.monotonic()
-        here.send("go")
+        for _, here in procs:
+            here.send("go")
         deadline = t0 + 300
         while results.total < total:
             if time.monotonic() > deadline or query.exception() is not None:
@@ -257,13 +264,15 @@ def run_a3m(spark: Any, results: Results, work: Path, partitions: int, producers
                                    f"300 s ({query.exception()})")
             time.sleep(0.01)
         elapsed = time.monotonic() - t0
-        sent_s = here.recv() if here.poll(30) else None
+        sends = [here.recv() if here.poll(30) else None for _, here in procs]
+        sent_s = None if None in sends else max(sends)
         time.sleep(0.5)  # a duplicate would land now
         counted = results.total
-        here.send("done")
+        for _, here in procs:
+            here.send("done")
     finally:
         _stop(spark, query)
-        if proc is not None:
+        for proc, _ in procs:
             proc.join(30)
         collector.stop(run / "spool")
         shutil.rmtree(run, ignore_errors=True)
@@ -271,6 +280,7 @@ def run_a3m(spark: Any, results: Results, work: Path, partitions: int, producers
     progress(f"a3m source, {partitions} partition(s): {total:,} readings in {elapsed:.2f} s "
              f"= {rate:,.0f}/s")
     return {"feed": "a3m", "partitions": partitions, "producers": producers,
+            "producer_processes": processes,
             "readings": total, "counted": counted, "exact": counted == total,
             "producers_send_s": None if sent_s is None else round(sent_s, 2),
             "end_to_end_s": round(elapsed, 2), "readings_per_s": round(rate)}
@@ -279,7 +289,7 @@ def run_a3m(spark: Any, results: Results, work: Path, partitions: int, producers
 def run_pipeline(readings: int = 200_000, producers: int = 4,
                  partitions: tuple[int, ...] = (1, 2, 4), rate_rows_per_batch: int = 200_000,
                  rate_seconds: float = 15.0, warmup: int = 20_000, master: str = "local[2]",
-                 progress: Progress = lambda _: None) -> dict[str, Any]:
+                 progress: Progress = lambda _: None, processes: int = 1) -> dict[str, Any]:
     from a3m.benchmarks.registry import machine
     from a3m.spark.session import get_or_create
 
@@ -295,8 +305,8 @@ def run_pipeline(readings: int = 200_000, producers: int = 4,
         if warmup:
             progress(f"a3m source: warm-up with {warmup:,} readings (not measured)")
             run_a3m(spark, results, work, 1, producers, warmup, lambda _: None)
-        runs = [run_a3m(spark, results, work, k, producers, readings, progress)
-                for k in partitions]
+        runs = [run_a3m(spark, results, work, k, producers, readings, progress,
+                        processes=processes) for k in partitions]
     finally:
         results.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -52,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sp.add_argument("--readings", type=int, default=200_000,
                     help="readings per a3m run (default 200000)")
     sp.add_argument("--producers", type=int, default=4, help="producer nodes (default 4)")
+    sp.add_argument("--producer-processes", type=int, default=1,
+                    help="processes the producer nodes are spread over (default 1)")
     sp.add_argument("--partitions", default="1,2,4",
                     help="a3m source partitions, one run each (default 1,2,4)")
     sp.add_argument("--rate-rows", type=int, default=200_000,
@@ -160,8 +162,11 @@ def _pipeline(args: argparse.Namespace, plot: str | None) -> int:
     def progress(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
+    if not 1 <= args.producer_processes <= args.producers:
+        return _error("--producer-processes is 1 to --producers")
     result = pipeline.run_pipeline(args.readings, args.producers, parts, args.rate_rows,
-                                   args.rate_seconds, master=args.master, progress=progress)
+                                   args.rate_seconds, master=args.master, progress=progress,
+                                   processes=args.producer_processes)
     if plot:
         result["plot"] = plot
     text = json.dumps(result, indent=None if args.json else 2)
