@@ -29,7 +29,7 @@ PER_RADIO = 600  # messages per RADIO and group
 PACE_S = 0.01  # one message per RADIO and group every 10 ms from t=0.5 (until t=6.5)
 #: Bound on the views' convergence once every message is in. At 35 % loss each way a new
 #: node costs a secure handshake (an attempt succeeds with p ~ 0.42, retried at most every
-#: 2 s), then the directory link and the DISH link: over seeds 1-20 the slowest converged 49 s
+#: 2 s), then the directory link and the DISH link: over seeds 1-20 the slowest converged 34 s
 #: after the last change (tests/sim figures in NOTES.md); without loss, one or two path delays.
 CONVERGE_S = 60.0
 

@@ -3,9 +3,9 @@
 Membership travels over ordinary links, so it is exactly once and in order like any message,
 and comes back by itself after a partition (the links are linked again):
 
-- every node with a DISH has a hidden **directory** socket (tag ``a3m.groups``) that tells
-  the RADIOs linked to it which DISH sockets the node has (the whole list when a RADIO links,
-  then each DISH created or closed);
+- every node has a hidden **directory** socket (tag ``a3m.groups``) that tells the RADIOs
+  linked to it which DISH sockets the node has (the whole list in its link metadata and again
+  once linked, then each DISH created or closed);
 - a RADIO links to the directory of its own node and of every node its node knows of
   (:meth:`NodeCore.watch_nodes`: associations, discovery, nodes heard from), and from there to
   every DISH they list: no ``link()`` per member;
@@ -118,8 +118,12 @@ class GroupDirectory(SocketCore):
         for lk in self.established_links():
             self.send_on(lk, payload, mtype)
 
+    def link_metadata(self) -> Metadata:
+        # The list as of the LINKACK: the RADIO can link to the DISHes one leg sooner.
+        return {"dishes": _encode_names(self.dishes)}
+
     def on_link_added(self, link: Link) -> None:
-        self.send_on(link, _encode_names(self.dishes), DISHES)
+        self.send_on(link, _encode_names(self.dishes), DISHES)  # and as of now
 
     def on_data(self, link: Link, payload: bytes) -> None:
         self.protocol_violation(link, "a group directory takes no messages")
@@ -215,11 +219,15 @@ class Radio(SocketCore):
             self.unlink((node_id, tag), self.node.now)  # also ends retries of a lost link
 
     def on_link_added(self, link: Link) -> None:
-        kind = (link.peer_meta or {}).get("type")
+        meta = link.peer_meta or {}
+        kind = meta.get("type")
         link.attrs["dish"] = kind == "DISH"
         if kind == "DISH":
-            raw = (link.peer_meta or {}).get("groups", b"")
+            raw = meta.get("groups", b"")
             link.attrs["groups"] = _decode_names(raw if isinstance(raw, bytes) else b"")
+        elif isinstance(meta.get("dishes"), bytes):
+            self._set_dishes(link.peer[0], {t.decode(errors="replace")
+                                            for t in _decode_names(meta["dishes"])})
         self._members = None
 
     def on_link_removed(self, link: Link) -> None:
