@@ -257,9 +257,11 @@ def test_one_fails_over_when_a_member_node_crashes_and_never_delivers_twice() ->
 
     started = [False]
 
+    members = radio.members  # type: ignore[attr-defined]
+
     def sender(host: NodeHost, now: float) -> None:
-        started[0] = started[0] or len(radio.members("work")) == 3  # type: ignore[attr-defined]
-        while started[0] and len(sent) < total and radio.members("work"):  # type: ignore[attr-defined]
+        started[0] = started[0] or len(members("work")) == 3
+        while started[0] and len(sent) < total and members("work"):
             payload = b"%d" % len(sent)
             if not radio.try_send(payload, group="work"):
                 return
