@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-ms", type=float, default=20.0)
     p.add_argument("--max-pending", type=int, default=200_000,
                    help="rows spooled and not committed before producers are held back")
+    p.add_argument("--dedup", action="store_true",
+                   help="messages come from an idempotent a3m sink: unwrap each one and drop "
+                        "repeats (state in <spool>/dedup.json)")
     p.add_argument("--idle-timeout", type=float, default=120.0,
                    help="exit after this many seconds without a query (0: never)")
 
@@ -76,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
             "--idle-timeout", str(args.idle_timeout)]
     if args.journal:
         argv += ["--journal", args.journal]
+    if args.dedup:
+        argv.append("--dedup")
     signal.signal(signal.SIGINT, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     return main(argv)
 
@@ -111,16 +116,18 @@ def main(argv: list[str] | None = None) -> int:
         info = {"pid": os.getpid(), "node": node.id, "address": list(node.address),
                 "socket": args.socket, "started": time.time(),
                 "config": {"node": args.node, "bind": args.bind, "socket": args.socket,
-                           "type": args.type, "topics": args.topics}}
+                           "type": args.type, "topics": args.topics,
+                           **({"dedup": "true"} if args.dedup else {})}}
         tmp = spool.dir / f".{INFO}.tmp"
         tmp.write_text(json.dumps(info))
         os.replace(tmp, spool.dir / INFO)
         _touch(spool.dir / HEARTBEAT)
         print(f"collecting: node {node.id} at {node.address[0]}:{node.address[1]}, socket "
               f"{args.socket!r}, spool {spool.dir}", file=sys.stderr, flush=True)
-        _serve(args, spool, sock, lambda: stopping)
+        keep = _keeper(spool, args.dedup)
+        _serve(args, spool, sock, lambda: stopping, keep)
         sock.close(timeout=10)  # unlink: what peers had in flight still arrives
-        _drain(spool, sock, args.batch_rows)
+        _drain(spool, sock, args.batch_rows, keep)
     finally:
         node.close(timeout=10)
         (spool.dir / INFO).unlink(missing_ok=True)
@@ -132,7 +139,43 @@ def _touch(path: Path) -> None:
     os.utime(path)
 
 
-def _serve(args: argparse.Namespace, spool: Spool, sock: Any, stopping: Any) -> None:
+Keep = Any  # (spool, rows) -> None: append what is to be kept
+
+
+def _keeper(spool: Spool, dedup: bool) -> Keep:
+    """How rows reach the spool: as they come, or (``--dedup``) unwrapped from the idempotent
+    sink's envelope with repeats dropped. The de-duplication state is saved (fsync'd, renamed)
+    right after each segment is durable: a collector killed between the two may take the
+    repeats of that one segment's producers again."""
+    if not dedup:
+        return lambda sp, rows: sp.append(rows)
+    from a3m.spark.idempotent import Deduplicator
+
+    seen = Deduplicator(spool.dir / "dedup.json")
+
+    def keep(sp: Spool, rows: dict[str, Any]) -> None:
+        kept: list[int] = []
+        payloads = rows["payload"]
+        for i, message in enumerate(payloads):
+            try:
+                got = seen.accept(message)
+            except ValueError:
+                got = message  # not from an idempotent sink: kept as it came
+            if got is not None:
+                payloads[i] = got
+                kept.append(i)
+        if len(kept) < len(payloads):
+            rows = {k: ([v[i] for i in kept] if isinstance(v, list) else v.take(kept))
+                    for k, v in rows.items()}
+        if rows["payload"]:
+            sp.append(rows)
+        seen.save()
+
+    return keep
+
+
+def _serve(args: argparse.Namespace, spool: Spool, sock: Any, stopping: Any,
+           keep: Keep) -> None:
     import a3m
 
     batch_s = args.batch_ms / 1000
@@ -154,7 +197,7 @@ def _serve(args: argparse.Namespace, spool: Spool, sock: Any, stopping: Any) -> 
             continue
         rows = _take(sock, args.batch_rows, batch_s, a3m)
         if rows["payload"]:
-            spool.append(rows)
+            keep(spool, rows)
 
 
 def _recv_many(sock: Any, n: int, timeout: float) -> list[Any]:
@@ -188,14 +231,14 @@ def _take(sock: Any, limit: int, window_s: float, a3m: Any) -> dict[str, Any]:
             "received_at": pa.array(stamps, pa.timestamp("us", tz="UTC"))}
 
 
-def _drain(spool: Spool, sock: Any, limit: int) -> None:
+def _drain(spool: Spool, sock: Any, limit: int, keep: Keep) -> None:
     import a3m
 
     while True:
         rows = _take(sock, limit, 0.0, a3m)
         if not rows["payload"]:
             return
-        spool.append(rows)
+        keep(spool, rows)
 
 
 # ---------------------------------------------------------------------- control from outside

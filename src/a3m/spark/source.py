@@ -20,6 +20,9 @@ Options (keys are case-insensitive):
   Spark runs the offset methods) or ``external`` (collectors run as services of their own,
   ``a3m collect --spool <spool>/part-<i> ...``, on any host; the source only reads their
   spools, which may then be any ``pyarrow.fs`` URI: a shared mount, ``s3://``, ``hdfs://``).
+- ``dedup``: ``true`` when the producers are an a3m sink with ``idempotent=true`` (another
+  query): the collector unwraps each message and drops a retried task's repeats
+  (:mod:`a3m.spark.idempotent`), so the chain stays exactly-once through a killed executor.
 - ``maxRowsPerBatch``: most rows per micro-batch (default 100000), shared out over the
   partitions.
 - ``journal``: a delivery-journal directory for the node (``a3m audit`` reads it).
@@ -137,6 +140,10 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.journal = _opt(options, "journal")
         self.max_pending = int(_opt(options, "maxPending", "200000") or 200000)
         self.idle_timeout = float(_opt(options, "idleTimeout", "120") or 120)
+        flag = (_opt(options, "dedup", "false") or "false").lower()
+        if flag not in ("true", "false"):
+            raise ValueError("the a3m source's dedup option is true or false")
+        self.dedup = flag == "true"
 
     def node_ids(self) -> list[str]:
         """The receiving nodes' ids, one per partition (producers link to these)."""
@@ -146,8 +153,11 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def config(self, part: int = 0) -> dict[str, str]:
         """What the collector of a partition must serve (compared with a running one's)."""
-        return {"node": self.node_ids()[part], "bind": self.binds[part],
-                "socket": self.socket, "type": self.kind, "topics": self.topics}
+        cfg = {"node": self.node_ids()[part], "bind": self.binds[part],
+               "socket": self.socket, "type": self.kind, "topics": self.topics}
+        if self.dedup:
+            cfg["dedup"] = "true"
+        return cfg
 
     def _digest(self) -> str:
         text = "\0".join(f"{k}={v}" for k, v in sorted(self.config().items()))
@@ -169,6 +179,8 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                         "--idle-timeout", str(self.idle_timeout)]
                 if self.journal:
                     args += ["--journal", self.journal]
+                if self.dedup:
+                    args.append("--dedup")
                 wanted.append((loc, args, cfg))
             collector.ensure_all(wanted)
         return [SpoolView(loc) for loc in self.locations]
