@@ -132,6 +132,10 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.managed = (_opt(options, "collectors", "managed") or "managed").lower()
         if self.managed not in ("managed", "external"):
             raise ValueError("the a3m source's collectors is managed or external")
+        flag = (_opt(options, "dedup", "false") or "false").lower()
+        if flag not in ("true", "false"):
+            raise ValueError("the a3m source's dedup option is true or false")
+        self.dedup = flag == "true"
         self.spool_dir = _opt(options, "spool") or os.path.join(
             tempfile.gettempdir(), "a3m-spool",
             f"{node}-{self.socket}-{self._digest()}")
@@ -140,10 +144,6 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.journal = _opt(options, "journal")
         self.max_pending = int(_opt(options, "maxPending", "200000") or 200000)
         self.idle_timeout = float(_opt(options, "idleTimeout", "120") or 120)
-        flag = (_opt(options, "dedup", "false") or "false").lower()
-        if flag not in ("true", "false"):
-            raise ValueError("the a3m source's dedup option is true or false")
-        self.dedup = flag == "true"
 
     def node_ids(self) -> list[str]:
         """The receiving nodes' ids, one per partition (producers link to these)."""
