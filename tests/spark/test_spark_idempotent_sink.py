@@ -149,6 +149,7 @@ def test_collector_keeper_unwraps_and_drops_repeats_across_a_restart(tmp_path: P
     keep = _keeper(spool, dedup=True)
     keep(spool, rows([wrap("q/0/0", i, b"a%d" % i) for i in range(3)] + [b"plain"]))
     keep(spool, rows([wrap("q/0/0", i, b"a%d" % i) for i in range(5)]))  # a retry: 0-2 again
+    keep(spool, rows([wrap("q/0/0", i, b"a%d" % i) for i in range(2)]))  # nothing new at all
     keep = _keeper(spool, dedup=True)  # the collector restarted: the state was saved
     keep(spool, rows([wrap("q/0/0", i, b"a%d" % i) for i in range(6)]))
     got = [p for b in read_batches(str(spool.dir), 0, spool.durable_end())

@@ -164,10 +164,10 @@ def _keeper(spool: Spool, dedup: bool) -> Keep:
             if got is not None:
                 payloads[i] = got
                 kept.append(i)
-        if len(kept) < len(payloads):
+        if kept and len(kept) < len(payloads):
             rows = {k: ([v[i] for i in kept] if isinstance(v, list) else v.take(kept))
                     for k, v in rows.items()}
-        if rows["payload"]:
+        if kept:
             sp.append(rows)
         seen.save()
 
