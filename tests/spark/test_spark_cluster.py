@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ import pytest
 
 import a3m
 from a3m.spark.idempotent import Deduplicator
+
+from .peer import draining
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs Java (Spark)")
 
@@ -75,8 +76,6 @@ def test_exactly_once_on_a_two_worker_cluster_with_a_killed_worker_and_a_new_dri
     daemons = [_daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                         "--port", str(mport), "--webui-port", "0"], tmp_path / "master.log")]
     driver = None
-    got: list[bytes] = []
-    stop = threading.Event()
     try:
         for i in range(2):
             work = tmp_path / f"worker-{i}"
@@ -90,67 +89,59 @@ def test_exactly_once_on_a_two_worker_cluster_with_a_killed_worker_and_a_new_dri
                           for i in range(2)), 90, "two workers registered", daemons)
         with a3m.Node("cluster-peer") as peer, a3m.Node("cluster-producer") as prod:
             pull = peer.socket(a3m.PULL, "rows")
+            with draining(pull) as got:
+                bind_port = _port(socket.SOCK_DGRAM)
+                host, port = peer.address
+                work = tmp_path / "job"
+                work.mkdir()
 
-            def drain() -> None:
-                while not stop.is_set():
-                    try:
-                        got.extend(pull.recv_many(1024, timeout=0.1))
-                    except a3m.Timeout:
-                        pass
+                def start_driver(phase: str) -> subprocess.Popen[bytes]:
+                    return subprocess.Popen(
+                        [sys.executable, str(Path(__file__).with_name("cluster_job.py")), phase,
+                         master_url, str(work), f"127.0.0.1:{bind_port}",
+                         f"cluster-peer={host}:{port}"],
+                        stdout=(tmp_path / f"driver-{phase}.log").open("wb"),
+                        stderr=subprocess.STDOUT, start_new_session=True)
 
-            drainer = threading.Thread(target=drain)
-            drainer.start()
-            bind_port = _port(socket.SOCK_DGRAM)
-            host, port = peer.address
-            work = tmp_path / "job"
-            work.mkdir()
-            def start_driver(phase: str) -> subprocess.Popen[bytes]:
-                return subprocess.Popen(
-                    [sys.executable, str(Path(__file__).with_name("cluster_job.py")), phase,
-                     master_url, str(work), f"127.0.0.1:{bind_port}",
-                     f"cluster-peer={host}:{port}"],
-                    stdout=(tmp_path / f"driver-{phase}.log").open("wb"),
-                    stderr=subprocess.STDOUT, start_new_session=True)
+                driver = start_driver("first")
+                _wait(lambda: (work / "started").exists(), 120, "the query started", [driver])
+                prod.associate("cluster-collector", ("127.0.0.1", bind_port))
+                push = prod.socket(a3m.PUSH, "out")
+                push.link(("cluster-collector", "readings"))
+                assert push.wait_linked(timeout=60)
+                dedup = Deduplicator()
+                seen: set[bytes] = set()
 
-            driver = start_driver("first")
-            _wait(lambda: (work / "started").exists(), 120, "the query started", [driver])
-            prod.associate("cluster-collector", ("127.0.0.1", bind_port))
-            push = prod.socket(a3m.PUSH, "out")
-            push.link(("cluster-collector", "readings"))
-            assert push.wait_linked(timeout=60)
-            dedup = Deduplicator()
-            seen: set[bytes] = set()
+                taken = 0  # messages of `got` already through the Deduplicator
 
-            def counted() -> int:
-                for m in got[len(seen_raw):]:
-                    p = dedup.accept(m)
-                    if p is not None:
-                        assert p not in seen, f"{p!r} twice"
-                        seen.add(p)
-                    seen_raw.append(m)
-                return len(seen)
+                def counted() -> int:
+                    nonlocal taken
+                    fresh = got[taken:]  # the drainer may append meanwhile: count the slice
+                    taken += len(fresh)
+                    for m in fresh:
+                        p = dedup.accept(m)
+                        if p is not None:
+                            assert p not in seen, f"{p!r} twice"
+                            seen.add(p)
+                    return len(seen)
 
-            seen_raw: list[bytes] = []
-            push.send_many([b"m-%d" % i for i in range(1000)], timeout=60)
-            _wait(lambda: counted() >= 500, 120, "500 rows through the cluster", [driver])
-            _kill(daemons[1])  # a worker dies mid-stream, its executor with it
-            push.send_many([b"m-%d" % i for i in range(1000, 2000)], timeout=60)
-            _wait(lambda: counted() >= 1500, 180, "1500 rows after the kill", [driver])
-            (work / "restart").write_text("")
-            assert driver.wait(120) == 0, (tmp_path / "driver-first.log").read_text()[-3000:]
-            push.send_many([b"m-%d" % i for i in range(2000, 2500)], timeout=60)  # no driver
-            driver = start_driver("second")
-            _wait(lambda: (work / "restarted").exists(), 120, "a new driver", [driver])
-            push.send_many([b"m-%d" % i for i in range(2500, TOTAL)], timeout=60)
-            _wait(lambda: counted() >= TOTAL, 180, f"{TOTAL} rows", [driver])
-            time.sleep(1.0)
-            assert counted() == TOTAL  # nothing more: no duplicate came late
-            (work / "done").write_text("")
-            assert driver.wait(120) == 0, (tmp_path / "driver-second.log").read_text()[-3000:]
-            stop.set()
-            drainer.join()
+                push.send_many([b"m-%d" % i for i in range(1000)], timeout=60)
+                _wait(lambda: counted() >= 500, 120, "500 rows through the cluster", [driver])
+                _kill(daemons[1])  # a worker dies mid-stream, its executor with it
+                push.send_many([b"m-%d" % i for i in range(1000, 2000)], timeout=60)
+                _wait(lambda: counted() >= 1500, 180, "1500 rows after the kill", [driver])
+                (work / "restart").write_text("")
+                assert driver.wait(120) == 0, (tmp_path / "driver-first.log").read_text()[-3000:]
+                push.send_many([b"m-%d" % i for i in range(2000, 2500)], timeout=60)  # no driver
+                driver = start_driver("second")
+                _wait(lambda: (work / "restarted").exists(), 120, "a new driver", [driver])
+                push.send_many([b"m-%d" % i for i in range(2500, TOTAL)], timeout=60)
+                _wait(lambda: counted() >= TOTAL, 180, f"{TOTAL} rows", [driver])
+                time.sleep(1.0)
+                assert counted() == TOTAL  # nothing more: no duplicate came late
+                (work / "done").write_text("")
+                assert driver.wait(120) == 0, (tmp_path / "driver-second.log").read_text()[-3000:]
     finally:
-        stop.set()
         if driver is not None and driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(10)

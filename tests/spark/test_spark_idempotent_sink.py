@@ -8,7 +8,6 @@ and the ledger on a ``pyarrow.fs`` URI."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,6 +18,9 @@ import pytest
 import a3m
 from a3m.spark.idempotent import Deduplicator, unwrap, wrap
 from a3m.spark.sink import FsLedger, Ledger
+
+from .peer import draining
+from .test_spark_stream import _wait
 
 
 def test_envelope_and_deduplicator(tmp_path: Path) -> None:
@@ -52,14 +54,6 @@ def test_ledger_on_a_pyarrow_uri(tmp_path: Path) -> None:
     assert ledger.done(4, 1) is None and ledger.done(9, 0) is not None
 
 
-def _wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def _run(spark: Any, tmp_path: Path, idempotent: bool) -> tuple[list[bytes], int]:
     """600 rows in two files; the first task to deliver is killed before its marker; the
     query is restarted from its checkpoint. Returns what the peer's application got and how
@@ -68,32 +62,20 @@ def _run(spark: Any, tmp_path: Path, idempotent: bool) -> tuple[list[bytes], int
     src.mkdir()
     flag = tmp_path / "kill-once"
     flag.write_text("")
-    raw: list[bytes] = []
     with a3m.Node(f"dedup-peer-{idempotent}") as peer:
         pull = peer.socket(a3m.PULL, "rows")
-        stop = threading.Event()
+        with draining(pull) as raw:
+            host, port = peer.address
 
-        def drain() -> None:
-            while not stop.is_set():
-                try:
-                    raw.extend(pull.recv_many(1024, timeout=0.1))
-                except a3m.Timeout:
-                    pass
+            def start() -> Any:
+                df = spark.readStream.schema("payload string").json(str(src))
+                return (df.writeStream.format("a3m").option("peers", f"{peer.id}/rows")
+                        .option("addresses", f"{peer.id}={host}:{port}")
+                        .option("ledger", f"file://{tmp_path}/ledger")
+                        .option("idempotent", str(idempotent).lower())
+                        .option("failpoint", f"kill-after-send:{flag}")
+                        .option("checkpointLocation", str(ck)).start())
 
-        drainer = threading.Thread(target=drain)
-        drainer.start()
-        host, port = peer.address
-
-        def start() -> Any:
-            df = spark.readStream.schema("payload string").json(str(src))
-            return (df.writeStream.format("a3m").option("peers", f"{peer.id}/rows")
-                    .option("addresses", f"{peer.id}={host}:{port}")
-                    .option("ledger", f"file://{tmp_path}/ledger")
-                    .option("idempotent", str(idempotent).lower())
-                    .option("failpoint", f"kill-after-send:{flag}")
-                    .option("checkpointLocation", str(ck)).start())
-
-        try:
             for k in range(2):
                 (src / f"f{k}.json").write_text(
                     "\n".join(json.dumps({"payload": f"r{k}-{i}"}) for i in range(300)))
@@ -107,9 +89,6 @@ def _run(spark: Any, tmp_path: Path, idempotent: bool) -> tuple[list[bytes], int
             q.stop()
             _wait(lambda: len(raw) >= 600, 30, "600 rows at the peer")
             time.sleep(1.0)
-        finally:
-            stop.set()
-            drainer.join()
     if not idempotent:
         return raw, len(raw)
     dedup = Deduplicator()

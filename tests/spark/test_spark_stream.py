@@ -18,19 +18,14 @@ import a3m  # noqa: E402
 from a3m.spark import collector  # noqa: E402
 from a3m.spark.spool import Spool  # noqa: E402
 
+from .peer import draining
+from .peer import wait_until as _wait
+
 
 def _free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.25)
 
 
 # ---------------------------------------------------------------------- spool (no Spark)
@@ -132,30 +127,18 @@ def test_sink_delivers_each_row_once_and_skips_a_replayed_batch(tmp_path: Path,
                                                                 spark: Any) -> None:
     src, ck, ledger = tmp_path / "in", tmp_path / "ck", tmp_path / "ledger"
     src.mkdir()
-    got: list[bytes] = []
     with a3m.Node("sink-peer") as peer:
         pull = peer.socket(a3m.PULL, "rows")
-        stop = threading.Event()
+        with draining(pull) as got:
+            host, port = peer.address
 
-        def drain() -> None:
-            while not stop.is_set():
-                try:
-                    got.append(pull.recv(timeout=0.1))
-                except a3m.Timeout:
-                    pass
+            def start() -> Any:
+                df = spark.readStream.schema("payload string").json(str(src))
+                return (df.writeStream.format("a3m").option("peers", "sink-peer/rows")
+                        .option("addresses", f"sink-peer={host}:{port}")
+                        .option("ledger", str(ledger))
+                        .option("checkpointLocation", str(ck)).start())
 
-        drainer = threading.Thread(target=drain)
-        drainer.start()
-        host, port = peer.address
-
-        def start() -> Any:
-            df = spark.readStream.schema("payload string").json(str(src))
-            return (df.writeStream.format("a3m").option("peers", "sink-peer/rows")
-                    .option("addresses", f"sink-peer={host}:{port}")
-                    .option("ledger", str(ledger))
-                    .option("checkpointLocation", str(ck)).start())
-
-        try:
             for k in range(2):
                 (src / f"f{k}.json").write_text(
                     "\n".join(json.dumps({"payload": f"r{k}-{i}"}) for i in range(300)))
@@ -175,9 +158,6 @@ def test_sink_delivers_each_row_once_and_skips_a_replayed_batch(tmp_path: Path,
             q.stop()
             _wait(lambda: len(got) >= 700, 30, "700 rows at the peer")
             time.sleep(1.0)
-        finally:
-            stop.set()
-            drainer.join()
     assert len(got) == 700
     assert sorted(got) == sorted(
         f"r{k}-{i}".encode() for k, n in ((0, 300), (1, 300), (2, 100)) for i in range(n))

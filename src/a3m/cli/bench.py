@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", nargs="?", choices=BENCH_WORKLOADS,
                    help="what to measure (not needed with --from)")
     p.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
-    p.add_argument("--messages", type=int, default=200_000, help="messages (default 200000)")
+    p.add_argument("--messages", type=int, default=None,
+                   help="messages (default 200000; groups: 20000 per run)")
     p.add_argument("--no-baselines", action="store_true", help="measure A3M only")
     p.add_argument("--batch", type=int, default=0, metavar="N",
                    help="pushpull: A3M sends and receives N messages per call (send_many, "
@@ -88,7 +89,37 @@ def _error(msg: str) -> int:
     return 2
 
 
+def _progress(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def _counts(text: str) -> tuple[int, ...] | None:
+    """``"1,4,16"`` -> (1, 4, 16); None unless it is counts >= 1 separated by commas."""
+    try:
+        counts = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        return None
+    return counts if counts and min(counts) >= 1 else None
+
+
+def _save(result: dict[str, Any], args: argparse.Namespace, plot: str | None,
+          draw: Any) -> str:
+    """Write the measurement (``--out``: data only, so ``--from`` can draw it again) and its
+    chart (``--plot``, drawn by ``draw``); returns the JSON to print (with ``plot``)."""
+    indent = None if args.json else 2
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(json.dumps(result, indent=indent) + "\n")
+    if plot:
+        draw(result, plot)
+        _progress(f"chart written to {plot}")
+        result["plot"] = plot
+    return json.dumps(result, indent=indent)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.messages is None:
+        args.messages = 20_000 if args.workload == "groups" else 200_000
     from_files = getattr(args, "from_files", None)
     plot = getattr(args, "plot", None)
     if from_files:
@@ -120,27 +151,16 @@ def run(args: argparse.Namespace) -> int:
     if args.size < 8 or args.messages < 2:
         return _error("need --size >= 8 and --messages >= 2")
 
-    def progress(msg: str) -> None:
-        print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
     if args.batch and args.workload != "pushpull":
         return _error("--batch applies to pushpull only")
     if args.batch < 0:
         return _error("--batch must be >= 1")
-    result = run_bench(args.workload, args.size, args.messages, progress,
+    result = run_bench(args.workload, args.size, args.messages, _progress,
                        baselines=not args.no_baselines, placement=args.placement,
                        batch=args.batch)
-    text = json.dumps(result, indent=None if args.json else 2)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    if plot:
-        from a3m.benchmarks.plot import plot_result
+    from a3m.benchmarks.plot import plot_result
 
-        plot_result(result, plot)
-        progress(f"chart written to {plot}")
-        result = {**result, "plot": plot}
-        text = json.dumps(result, indent=None if args.json else 2)
+    text = _save(result, args, plot, plot_result)
     if args.json:
         print(text)
     else:
@@ -152,30 +172,19 @@ def _pipeline(args: argparse.Namespace, plot: str | None) -> int:
     """The Spark pipeline fed by rate and by a3m (1, 2, 4 partitions), in one run."""
     from a3m.benchmarks import pipeline
 
-    try:
-        parts = tuple(int(x) for x in args.partitions.split(",") if x.strip())
-    except ValueError:
-        return _error(f"--partitions takes counts separated by commas, not {args.partitions!r}")
-    if not parts or min(parts) < 1 or args.readings < args.producers or args.producers < 1:
-        return _error("need --partitions >= 1, --producers >= 1 and --readings >= producers")
-
-    def progress(msg: str) -> None:
-        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+    parts = _counts(args.partitions)
+    if parts is None:
+        return _error(f"--partitions takes counts >= 1 separated by commas, not "
+                      f"{args.partitions!r}")
+    if args.readings < args.producers or args.producers < 1:
+        return _error("need --producers >= 1 and --readings >= producers")
 
     if not 1 <= args.producer_processes <= args.producers:
         return _error("--producer-processes is 1 to --producers")
     result = pipeline.run_pipeline(args.readings, args.producers, parts, args.rate_rows,
-                                   args.rate_seconds, master=args.master, progress=progress,
+                                   args.rate_seconds, master=args.master, progress=_progress,
                                    processes=args.producer_processes)
-    if plot:
-        result["plot"] = plot
-    text = json.dumps(result, indent=None if args.json else 2)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    if plot:
-        pipeline.plot(result, plot)
-        progress(f"chart written to {plot}")
+    text = _save(result, args, plot, pipeline.plot)
     if args.json:
         print(text)
     else:
@@ -200,27 +209,12 @@ def _groups(args: argparse.Namespace, plot: str | None) -> int:
     """RADIO/DISH ALL to 1, 4, 16 members beside PUB/SUB, in one run."""
     from a3m.benchmarks import groups
 
-    try:
-        sizes = tuple(int(x) for x in args.members.split(",") if x.strip())
-    except ValueError:
-        return _error(f"--members takes counts separated by commas, not {args.members!r}")
-    if not sizes or min(sizes) < 1:
-        return _error("--members needs counts >= 1")
-    messages = 20_000 if args.messages == 200_000 else args.messages
+    sizes = _counts(args.members)
+    if sizes is None:
+        return _error(f"--members takes counts >= 1 separated by commas, not {args.members!r}")
 
-    def progress(msg: str) -> None:
-        print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-    result = groups.run_groups(messages, max(4, args.size), sizes, progress)
-    if plot:
-        result["plot"] = plot
-    text = json.dumps(result, indent=None if args.json else 2)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    if plot:
-        groups.plot(result, plot)
-        progress(f"chart written to {plot}")
+    result = groups.run_groups(args.messages, max(4, args.size), sizes, _progress)
+    text = _save(result, args, plot, groups.plot)
     print(text if args.json else
           "\n".join(f"{r['kind']:15} {r['members']:3} members: "
                     f"{r['msgs_per_s_per_member']:>8,} msg/s per member, exact={r['exact']}"
@@ -242,29 +236,19 @@ def _emulated(args: argparse.Namespace, plot: str | None) -> int:
     if args.concurrency < 1 or args.duration <= 0 or args.size < 16:
         return _error("need --concurrency >= 1, --duration > 0 and --size >= 16")
 
-    def progress(msg: str) -> None:
-        print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
     try:
         if args.workload == "rpc":
             result = emulated.run_rpc(losses, delay_ms=args.delay or 0.0, jitter_ms=args.jitter,
                                       rate_mbit=args.rate, concurrency=args.concurrency,
                                       duration=args.duration, size=args.size,
-                                      ordered=args.ordered, progress=progress)
+                                      ordered=args.ordered, progress=_progress)
         else:
             result = emulated.run_stream(losses, delay_ms=args.delay or 0.0,
                                          rate_mbit=args.rate, messages=args.messages,
-                                         size=args.size, progress=progress)
+                                         size=args.size, progress=_progress)
     except NetemUnavailable as exc:
         return _error(f"{args.workload} over an emulated path: {exc}")
-    if plot:
-        emulated.plot(result, plot)
-        progress(f"chart written to {plot}")
-        result["plot"] = plot
-    text = json.dumps(result, indent=None if args.json else 2)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+    text = _save(result, args, plot, emulated.plot)
     if args.json:
         print(text)
     else:

@@ -6,7 +6,7 @@ import struct
 
 from a3m.core.link import Link
 from a3m.core.message import DATA_OVERHEAD_MAX
-from a3m.core.socket_core import SocketCore
+from a3m.core.socket_core import Received, SocketCore
 
 ID = struct.Struct(">I")
 TOPIC_LEN = struct.Struct(">H")
@@ -35,6 +35,44 @@ def split_topic(payload: bytes) -> tuple[bytes, bytes] | None:
     if len(payload) < 2 + n:
         return None
     return payload[2:2 + n], payload[2 + n:]
+
+
+def encode_names(names: set[bytes]) -> bytes:
+    """A set of names (topics, groups, tags) as length-prefixed strings, sorted."""
+    return b"".join(with_topic(n, b"") for n in sorted(names))
+
+
+def decode_names(raw: bytes) -> set[bytes]:
+    """The inverse of :func:`encode_names` (a truncated tail is ignored)."""
+    out: set[bytes] = set()
+    while raw:
+        got = split_topic(raw)
+        if got is None:
+            break
+        name, raw = got
+        out.add(name)
+    return out
+
+
+class Unwrapping(SocketCore):
+    """A receiving pattern whose payloads carry a framing to strip (SUB's topic, DISH's
+    group): :meth:`unwrap` turns a payload into what the application gets, or None to skip
+    it; queued and orphaned messages both go through it."""
+
+    def unwrap(self, payload: bytes, source: tuple[str, str]) -> Received | None:
+        raise NotImplementedError
+
+    def choose_recv(self) -> Received | None:
+        while True:
+            got = self.next_from_links()
+            if got is None:
+                return None
+            received = self.unwrap(got[1], got[0].peer)
+            if received is not None:
+                return received
+
+    def orphan(self, received: Received) -> Received | None:
+        return self.unwrap(received.payload, received.source)
 
 
 def send_to_all(sock: SocketCore, links: list[Link], payload: bytes) -> bool:

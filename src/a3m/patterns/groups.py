@@ -38,7 +38,14 @@ from a3m.core.link import Link
 from a3m.core.message import Metadata
 from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import NoMembers, UsageError
-from a3m.patterns.framing import send_to_all, split_topic, with_topic
+from a3m.patterns.framing import (
+    Unwrapping,
+    decode_names,
+    encode_names,
+    send_to_all,
+    split_topic,
+    with_topic,
+)
 
 #: The directory socket's tag on every node with a DISH.
 DIRECTORY_TAG = "a3m.groups"
@@ -63,21 +70,6 @@ def group_bytes(group: bytes | str) -> bytes:
     if not g or len(g) > MAX_GROUP_BYTES:
         raise UsageError(f"a group name is 1 to {MAX_GROUP_BYTES} bytes: {group!r}")
     return g
-
-
-def _encode_names(names: set[bytes]) -> bytes:
-    return b"".join(with_topic(n, b"") for n in sorted(names))
-
-
-def _decode_names(raw: bytes) -> set[bytes]:
-    out: set[bytes] = set()
-    while raw:
-        got = split_topic(raw)
-        if got is None:
-            break
-        name, raw = got
-        out.add(name)
-    return out
 
 
 class GroupDirectory(SocketCore):
@@ -120,10 +112,10 @@ class GroupDirectory(SocketCore):
 
     def link_metadata(self) -> Metadata:
         # The list as of the LINKACK: the RADIO can link to the DISHes one leg sooner.
-        return {"dishes": _encode_names(self.dishes)}
+        return {"dishes": encode_names(self.dishes)}
 
     def on_link_added(self, link: Link) -> None:
-        self.send_on(link, _encode_names(self.dishes), DISHES)  # and as of now
+        self.send_on(link, encode_names(self.dishes), DISHES)  # and as of now
 
     def on_data(self, link: Link, payload: bytes) -> None:
         self.protocol_violation(link, "a group directory takes no messages")
@@ -224,10 +216,10 @@ class Radio(SocketCore):
         link.attrs["dish"] = kind == "DISH"
         if kind == "DISH":
             raw = meta.get("groups", b"")
-            link.attrs["groups"] = _decode_names(raw if isinstance(raw, bytes) else b"")
+            link.attrs["groups"] = decode_names(raw if isinstance(raw, bytes) else b"")
         elif isinstance(meta.get("dishes"), bytes):
             self._set_dishes(link.peer[0], {t.decode(errors="replace")
-                                            for t in _decode_names(meta["dishes"])})
+                                            for t in decode_names(meta["dishes"])})
         self._members = None
 
     def on_link_removed(self, link: Link) -> None:
@@ -244,7 +236,7 @@ class Radio(SocketCore):
             node_id = link.peer[0]
             tags = set(self._dishes.get(node_id, set()))
             if mtype == DISHES:
-                tags = {t.decode(errors="replace") for t in _decode_names(payload)}
+                tags = {t.decode(errors="replace") for t in decode_names(payload)}
             elif mtype == DISH_ADD:
                 tags.add(payload.decode(errors="replace"))
             elif mtype == DISH_DEL:
@@ -260,7 +252,7 @@ class Radio(SocketCore):
         elif mtype == LEAVE:
             groups.discard(payload)
         elif mtype == GROUPS_RESET:
-            link.attrs["groups"] = _decode_names(payload)
+            link.attrs["groups"] = decode_names(payload)
         else:
             super().on_control(link, mtype, payload)
             return
@@ -316,7 +308,7 @@ class Radio(SocketCore):
         super().close(now)
 
 
-class Dish(SocketCore):
+class Dish(Unwrapping):
     """Receives what RADIOs send to the groups it joined (``join`` / ``leave``)."""
 
     kind = "DISH"
@@ -329,7 +321,7 @@ class Dish(SocketCore):
         GroupDirectory.of(self.node).dish_added(self.tag)
 
     def link_metadata(self) -> Metadata:
-        return {"groups": _encode_names(self.groups)}
+        return {"groups": encode_names(self.groups)}
 
     def join(self, group: bytes | str) -> None:
         g = group_bytes(group)
@@ -349,21 +341,9 @@ class Dish(SocketCore):
 
     def on_link_added(self, link: Link) -> None:
         # The metadata may predate joins made while the handshake ran: send the current set.
-        self.send_on(link, _encode_names(self.groups), GROUPS_RESET)
+        self.send_on(link, encode_names(self.groups), GROUPS_RESET)
 
-    def choose_recv(self) -> Received | None:
-        while True:
-            got = self.next_from_links()
-            if got is None:
-                return None
-            received = self._unwrap(got[1], got[0].peer)
-            if received is not None:
-                return received
-
-    def orphan(self, received: Received) -> Received | None:
-        return self._unwrap(received.payload, received.source)
-
-    def _unwrap(self, payload: bytes, source: tuple[str, str]) -> Received | None:
+    def unwrap(self, payload: bytes, source: tuple[str, str]) -> Received | None:
         framed = split_topic(payload)
         if framed is None:
             return None

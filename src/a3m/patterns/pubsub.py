@@ -16,26 +16,18 @@ from a3m.core.link import Link
 from a3m.core.message import Metadata
 from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import UsageError
-from a3m.patterns.framing import send_to_all, split_topic, with_topic
+from a3m.patterns.framing import (
+    Unwrapping,
+    decode_names,
+    encode_names,
+    send_to_all,
+    split_topic,
+    with_topic,
+)
 
 SUBSCRIBE = 0x40
 UNSUBSCRIBE = 0x41
 SUBS_RESET = 0x42  # the whole subscription set, replacing the publisher's view
-
-
-def _encode_subs(subs: set[bytes]) -> bytes:
-    return b"".join(with_topic(t, b"") for t in sorted(subs))
-
-
-def _decode_subs(raw: bytes) -> set[bytes]:
-    out: set[bytes] = set()
-    while raw:
-        got = split_topic(raw)
-        if got is None:
-            break
-        topic, raw = got
-        out.add(topic)
-    return out
 
 
 def _matches(topic: bytes, subs: set[bytes]) -> bool:
@@ -61,7 +53,7 @@ class Pub(SocketCore):
 
     def on_link_added(self, link: Link) -> None:
         raw = (link.peer_meta or {}).get("subs", b"")
-        link.attrs["subs"] = _decode_subs(raw if isinstance(raw, bytes) else b"")
+        link.attrs["subs"] = decode_names(raw if isinstance(raw, bytes) else b"")
         self._target_cache.clear()
 
     def on_link_removed(self, link: Link) -> None:
@@ -74,7 +66,7 @@ class Pub(SocketCore):
         elif mtype == UNSUBSCRIBE:
             subs.discard(payload)
         elif mtype == SUBS_RESET:
-            link.attrs["subs"] = _decode_subs(payload)
+            link.attrs["subs"] = decode_names(payload)
         else:
             super().on_control(link, mtype, payload)
             return
@@ -98,7 +90,7 @@ class Pub(SocketCore):
         return all(lk.can_send for lk in self.established_links())
 
 
-class Sub(SocketCore):
+class Sub(Unwrapping):
     kind = "SUB"
     peers = frozenset({"PUB", "XPUB"})
     sends = False
@@ -108,7 +100,7 @@ class Sub(SocketCore):
         super().__init__(*args, **options)
 
     def link_metadata(self) -> Metadata:
-        return {"subs": _encode_subs(self.subscriptions)}
+        return {"subs": encode_names(self.subscriptions)}
 
     def subscribe(self, topic: bytes | str) -> None:
         t = topic.encode() if isinstance(topic, str) else bytes(topic)
@@ -129,21 +121,9 @@ class Sub(SocketCore):
     def on_link_added(self, link: Link) -> None:
         # The metadata may predate changes made while the handshake ran: replace the
         # publisher's view with the current set.
-        self.send_on(link, _encode_subs(self.subscriptions), SUBS_RESET)
+        self.send_on(link, encode_names(self.subscriptions), SUBS_RESET)
 
-    def choose_recv(self) -> Received | None:
-        while True:
-            got = self.next_from_links()
-            if got is None:
-                return None
-            received = self._unwrap(got[1], got[0].peer)
-            if received is not None:
-                return received
-
-    def orphan(self, received: Received) -> Received | None:
-        return self._unwrap(received.payload, received.source)
-
-    def _unwrap(self, payload: bytes, source: tuple[str, str]) -> Received | None:
+    def unwrap(self, payload: bytes, source: tuple[str, str]) -> Received | None:
         framed = split_topic(payload)
         if framed is None:
             return None
