@@ -110,7 +110,7 @@ def test_unlink_with_messages_in_flight_delivers_them_all() -> None:
     p.run()
     for i in range(50):
         assert push.try_send(b"%d" % i)
-    p.hold = lambda src, dst, msg: msg.type == m.DATA  # all fifty still in flight
+    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)  # all fifty still in flight
     p.run()
     push.unlink(B, p.now)
     p.run()
@@ -217,7 +217,7 @@ def test_old_incarnation_never_touches_a_new_link() -> None:
     p.run()
     old_inc = push.links[B].my_inc
     push.try_send(b"old")
-    p.hold = lambda src, dst, msg: msg.type == m.DATA
+    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)
     p.run()
     stale = p.held
     p.held = []
@@ -277,9 +277,11 @@ def test_no_credits_returned_once_the_peer_unlinked() -> None:
     push, pull = pushpull(p, capacity=8)
     push.link(B, p.now)
     p.run()
-    p.hold = lambda src, dst, msg: msg.type == m.DATA and msg.seq == 8  # the last is late
-    for _ in range(8):
+    for _ in range(7):
         assert push.try_send(b"x")
+    p.run()
+    p.hold = lambda src, dst, msg: msg.type == m.DATA and msg.seq == 8  # the last is late
+    assert push.try_send(b"x")
     p.run()
     pull.try_recv()
     pull.try_recv()  # a batch: one FLOW while the link is established
@@ -303,7 +305,7 @@ def test_capacity_lowered_below_held_credits_uses_the_loan() -> None:
     p.run()
     for _ in range(6):
         push.try_send(b"x")  # six in flight, four credits still held
-    p.hold = lambda src, dst, msg: msg.type == m.DATA
+    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)
     p.run()
     pull.set_option("capacity", 2)  # below what the peer holds and has spent
     assert pull.links[A].recv.loan == 8
@@ -469,7 +471,7 @@ def test_a_message_of_unknown_outcome_ends_its_link() -> None:
     p.nodes["b"].create("REP", "rep")
     req.link(("b", "rep"), p.now)
     p.run()
-    p.hold = lambda src, dst, msg: msg.type == m.DATA
+    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)
     assert req.try_send(b"q")
     p.run()
     (_, _, data), = p.held
@@ -493,7 +495,7 @@ def test_a_ping_answered_after_unlinking_began_does_not_cut_the_delivery_goal() 
     p.run()
     for i in range(3):
         push.try_send(b"%d" % i)
-    p.hold = lambda src, dst, msg: msg.type == m.DATA  # the three are still on their way
+    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)  # the three are still on their way
     p.run()
     late = list(p.held)
     p.held = []

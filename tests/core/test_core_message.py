@@ -24,6 +24,10 @@ GOLDEN = [
      "00010106000000250473696e6b0373726300000000000000020000000000000001000000030000000000000140"),
     (m.Message(m.PING, "src", "sink", 1, 2),
      "0001010700000019037372630473696e6b00000000000000010000000000000002"),
+    (m.Message(m.BATCH, "src", "sink", 1, 2, seq=7,
+               payload=m.encode_batch_body([b"hi", b"abc"])),
+     "0001010800000032037372630473696e6b00000000000000010000000000000002"
+     "00000000000000070000000200000002000000036869616263"),
     (m.Message(m.ERROR, "sink", "src", 0, 1, code=m.ERR_SOCKET_NOT_FOUND, about=m.DATA),
      "000101010000001b0473696e6b03737263000000000000000000000000000000010102"),
 ]
@@ -90,3 +94,53 @@ def test_fuzz_mutations(data: bytes, muts: list[tuple[int, int]]) -> None:
         m.decode(bytes(b))
     except ProtocolViolation:
         pass
+
+
+def test_batch_fast_encoder_and_split() -> None:
+    head = m.data_head(m.encoded_tag("src"), m.encoded_tag("sink"), 1, 2)
+    payloads = [b"hi", b"", b"abc" * 100]
+    data = m.encode_batch_with_head(head, 7, payloads)
+    assert data == m.encode(m.Message(m.BATCH, "src", "sink", 1, 2, seq=7,
+                                      payload=m.encode_batch_body(payloads)))
+    assert len(data) == m.batch_size(head, payloads)
+    t, src, dst, src_inc, dst_inc, seq, body = m.decode_sequenced(data)
+    assert (t, src, dst, src_inc, dst_inc, seq) == (m.BATCH, "src", "sink", 1, 2, 7)
+    assert m.split_batch(body) == payloads
+
+
+@pytest.mark.parametrize("body", [
+    b"", b"\x00\x00\x00",  # no count
+    b"\x00\x00\x00\x00",  # count 0
+    b"\x00\x00\x00\x02\x00\x00\x00\x01",  # two lengths announced, one there
+    b"\xff\xff\xff\xff",  # a count that cannot fit
+    b"\x00\x00\x00\x01\x00\x00\x00\x02a",  # a payload cut short
+    b"\x00\x00\x00\x01\x00\x00\x00\x01ab",  # a byte no length accounts for
+])
+def test_malformed_batch_bodies_raise_protocol_violation(body: bytes) -> None:
+    with pytest.raises(ProtocolViolation):
+        m.split_batch(body)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzz_batch_bodies(body: bytes) -> None:
+    try:
+        parts = m.split_batch(body)
+    except ProtocolViolation:
+        return
+    assert m.encode_batch_body(parts) == body  # accepted: exactly what it encodes
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=30),
+       st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=4))
+def test_fuzz_batch_mutations(payloads: list[bytes], muts: list[tuple[int, int]]) -> None:
+    body = bytearray(m.encode_batch_body(payloads))
+    for pos, val in muts:
+        if pos < len(body):
+            body[pos] = val
+    try:
+        parts = m.split_batch(bytes(body))
+    except ProtocolViolation:
+        return
+    assert m.encode_batch_body(parts) == bytes(body)

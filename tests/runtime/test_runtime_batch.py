@@ -89,3 +89,50 @@ def test_the_asyncio_forms() -> None:
             return got
 
     assert asyncio.run(main()) == [b"%d" % i for i in range(3000)]
+
+
+def test_send_many_travels_as_batches_and_so_does_a_stream_of_sends() -> None:
+    """BATCH on the wire: a ``send_many`` costs the transport one message per BATCH, and
+    ``send`` one by one in a tight loop is gathered within ``cork_s`` the same way."""
+    a, b, push, pull = pair(capacity=4096)
+    try:
+        got: list[bytes] = []
+
+        def reader(n: int) -> None:
+            while len(got) < n:
+                got.extend(pull.recv_many(1000, timeout=30))
+
+        t = threading.Thread(target=reader, args=(4000,))
+        t.start()
+        before = a.stats["exon"]["tokens_sent"]
+        for i in range(0, 2000, 500):
+            assert push.send_many([b"b%d" % j for j in range(i, i + 500)], timeout=30) == 500
+        batched = a.stats["exon"]["tokens_sent"] - before
+        for i in range(2000):
+            push.send(b"s%d" % i, timeout=30)
+        t.join(60)
+        one_by_one = a.stats["exon"]["tokens_sent"] - before - batched
+        assert got == [b"b%d" % i for i in range(2000)] + [b"s%d" % i for i in range(2000)]
+        assert batched <= 8  # 500 x ~5 B: one BATCH per call
+        assert one_by_one < 1000  # most sends shared a BATCH (all of them alone: 2000)
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_cork_s_zero_hands_every_send_off_at_once() -> None:
+    a, b = a3m.Node("cork-a", cork_s=0), a3m.Node("cork-b")
+    try:
+        a.associate(b.id, b.address)
+        pull = b.socket(a3m.PULL, "in")
+        push = a.socket(a3m.PUSH, "out")
+        push.link((b.id, "in"))
+        assert push.wait_linked(timeout=5)
+        for i in range(50):
+            push.send(b"%d" % i, timeout=5)
+            assert pull.recv(timeout=5) == b"%d" % i
+        with pytest.raises(a3m.UsageError):
+            a3m.Node("cork-c", cork_s=-1)
+    finally:
+        a.close(5)
+        b.close(5)

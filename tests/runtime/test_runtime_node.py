@@ -50,7 +50,8 @@ def test_pushpull_20000_through_fault_relay_exactly_once_in_order() -> None:
             push.send(b"%d" % i, timeout=60)
         th.join(timeout=120)
         assert got == [b"%d" % i for i in range(n)]
-        assert relay.stats.dropped > 100 and relay.stats.duplicated > 10
+        # (sends in a tight loop share datagrams, as BATCHes: a few hundred datagrams in all)
+        assert relay.stats.dropped > 40 and relay.stats.duplicated > 10
         with pytest.raises(a3m.Timeout):
             pull.recv(timeout=0.3)
 

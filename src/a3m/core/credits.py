@@ -122,17 +122,17 @@ class RecvCredits:
         """How far the peer may still go beyond the current capacity (granted earlier)."""
         return max(0, self.max_edge - (self.delivered + self.capacity))
 
-    def on_arrival(self, nbytes: int = 0) -> bool:
-        """A DATA message of ``nbytes`` arrived; False means the peer spent credits it never
-        had."""
-        self.received += 1
+    def on_arrival(self, nbytes: int = 0, count: int = 1) -> bool:
+        """``count`` DATA messages of ``nbytes`` in all arrived; False means the peer spent
+        credits it never had."""
+        self.received += count
         self.arrived_bytes += nbytes
         return self.received <= self.max_edge
 
-    def on_delivered(self, now: float = 0.0) -> tuple[int, int] | None:
-        """The application took one message at ``now``; returns a FLOW ``(flow_seq, edge)``
-        when due."""
-        self.delivered += 1
+    def on_delivered(self, now: float = 0.0, count: int = 1) -> tuple[int, int] | None:
+        """The application took ``count`` messages at ``now``; returns a FLOW
+        ``(flow_seq, edge)`` when due."""
+        self.delivered += count
         if now >= self.round_end and self.limit > self._capacity:
             self._end_round(now)
         target = self.delivered + self._capacity

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from enum import Enum
-from typing import Final
+from typing import Any, Final
 
 from a3m.core.credits import CreditBudget, RecvCredits, SendCredits
 from a3m.core.message import Metadata
@@ -101,7 +101,7 @@ class Link:
         "my_decision", "peer_decision", "unlink_wanted", "refusal", "unlink_sent", "peer_goal",
         "next_seq", "expected_seq", "reorder", "inq", "send", "recv", "ctrl_pending",
         "ordered", "peer_tag_bytes", "my_tag_bytes", "retries", "attrs", "processed",
-        "data_head", "last_active", "pinged_at",
+        "data_head", "last_active", "pinged_at", "batches", "pending", "pending_seq",
     )
 
     def __init__(self, peer: PeerId, my_inc: int, initiator: bool, capacity: int,
@@ -124,7 +124,9 @@ class Link:
         self.next_seq = 1  # next sequence number to send
         self.expected_seq = 1  # next sequence number to process (ordered links)
         self.processed = 0  # sequenced messages handed to the pattern
-        self.reorder: dict[int, tuple[int, bytes]] = {}
+        #: Sequenced messages that came early, by sequence number: (type, payload), or
+        #: (BATCH, the payloads) for a BATCH starting there.
+        self.reorder: dict[int, tuple[int, Any]] = {}
         self.inq: deque[bytes] = deque()
         self.send = SendCredits(0)
         self.recv = RecvCredits(capacity, limit=capacity_max, budget=budget, rtt_of=rtt_of)
@@ -140,6 +142,12 @@ class Link:
         self.last_active = 0.0
         self.pinged_at = 0.0
         self.retries = 0
+        #: The peer takes BATCH messages (it said ``batch`` in its LINK metadata).
+        self.batches = False
+        #: DATA sent and not yet handed to the transport (numbered from ``pending_seq``):
+        #: what an application sends between two turns of the transport leaves as BATCHes.
+        self.pending: list[bytes] = []
+        self.pending_seq = 0
         self.attrs: dict[str, object] = {}  # for socket patterns (e.g. a subscription set)
 
     def advance(self, ev: Ev) -> State:
@@ -152,6 +160,10 @@ class Link:
     @property
     def established(self) -> bool:
         return self.state is State.ESTABLISHED
+
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
 
     @property
     def can_send(self) -> bool:

@@ -26,11 +26,15 @@ FLOW: Final = 0x06
 #: Keepalive on a quiet established link (no body): a peer that no longer has the link answers
 #: ERROR "socket not linked", so a link whose peer node restarted is found out.
 PING: Final = 0x07
+#: Several DATA messages in one: the sequence numbers ``seq .. seq + count - 1`` and ``count``
+#: credits, in that order (a peer that says ``batch`` in its LINK metadata takes them).
+BATCH: Final = 0x08
 #: Types from 0x40 up belong to socket patterns (e.g. SUBSCRIBE); they are sequenced with DATA
 #: but do not use credits (a small separate allowance bounds them).
 PATTERN_MIN: Final = 0x40
 TYPE_NAMES: Final = {ERROR: "ERROR", DATA: "DATA", LINK: "LINK", LINKACK: "LINKACK",
-                     UNLINK: "UNLINK", FLOW: "FLOW", PING: "PING"}
+                     UNLINK: "UNLINK", FLOW: "FLOW", PING: "PING",
+              BATCH: "BATCH"}
 
 FIXED = struct.Struct(">HBBI")
 INCS = struct.Struct(">QQ")
@@ -42,6 +46,8 @@ FLOW_BODY = struct.Struct(">IQ")
 ERROR_HEAD = struct.Struct(">BB")
 U16 = struct.Struct(">H")
 I64 = struct.Struct(">q")
+U32 = struct.Struct(">I")
+_U32_PACK = U32.pack
 
 # Error codes (seed 000), carried by ERROR messages.
 ERR_SOCKET_NOT_FOUND: Final = 0x01
@@ -102,8 +108,8 @@ def encode_meta(meta: Metadata) -> bytes:
 def encode(msg: Message) -> bytes:
     """Encode a socket-protocol message."""
     t = msg.type
-    if t == DATA or t >= PATTERN_MIN:
-        body = SEQ.pack(msg.seq) + msg.payload
+    if t in (DATA, BATCH) or t >= PATTERN_MIN:
+        body = SEQ.pack(msg.seq) + msg.payload  # BATCH: payload from encode_batch_body
     elif t == LINK:
         body = encode_meta(msg.meta or {})
     elif t == LINKACK:
@@ -143,6 +149,53 @@ def encode_with_head(head: bytes, seq: int, payload: bytes, mtype: int = DATA) -
                      head, _SEQ_PACK(seq), payload))
 
 
+def encode_batch_with_head(head: bytes, seq: int, payloads: list[bytes]) -> bytes:
+    """A BATCH of ``payloads`` (sequence numbers ``seq`` on) from its link's :func:`data_head`:
+    after the sequence number, count u32, ``count`` lengths u32, the payloads back to back."""
+    n = len(payloads)
+    lens = struct.pack(f">{n}I", *map(len, payloads))
+    size = len(head) + 12 + len(lens) + sum(map(len, payloads))
+    parts = [_FIXED_PACK(VERSION, PROTO_SOCKET, BATCH, size), head, _SEQ_PACK(seq),
+             _U32_PACK(n), lens]
+    parts += payloads
+    return b"".join(parts)
+
+
+def encode_batch_body(payloads: list[bytes]) -> bytes:
+    """A BATCH body after its sequence number (as :func:`encode_batch_with_head` lays it)."""
+    n = len(payloads)
+    parts = [_U32_PACK(n), struct.pack(f">{n}I", *map(len, payloads))]
+    parts += payloads
+    return b"".join(parts)
+
+
+def split_batch(body: bytes) -> list[bytes]:
+    """The payloads of a BATCH body (after its sequence number); raises
+    :class:`ProtocolViolation` unless the lengths account for every byte exactly."""
+    size = len(body)
+    if size < 4:
+        raise _bad("BATCH cut short")
+    (n,) = U32.unpack_from(body, 0)
+    off = 4 + 4 * n
+    if n == 0 or off > size:
+        raise _bad("BATCH count does not fit")
+    lens = struct.unpack_from(f">{n}I", body, 4)
+    if off + sum(lens) != size:
+        raise _bad("BATCH lengths do not match its size")
+    out: list[bytes] = []
+    append = out.append
+    for length in lens:
+        end = off + length
+        append(body[off:end])
+        off = end
+    return out
+
+
+def batch_size(head: bytes, payloads: list[bytes]) -> int:
+    """The encoded size of :func:`encode_batch_with_head` for these payloads."""
+    return FIXED.size + len(head) + SEQ.size + 4 + 4 * len(payloads) + sum(map(len, payloads))
+
+
 #: Bytes a DATA message adds to its payload at most: the fixed header, two tags of the longest
 #: length, incarnations and seq, plus room for a pattern's framing (a request id, say).
 DATA_OVERHEAD_MAX = FIXED.size + 2 * 256 + INCS.size + SEQ.size + 64
@@ -163,12 +216,13 @@ _DATA_TAIL = struct.Struct(">QQQ")  # src_inc, dst_inc, seq
 
 
 def decode_sequenced(data: bytes) -> tuple[int, str, str, int, int, int, bytes]:
-    """Fast path for DATA and pattern messages: ``(type, src_tag, dst_tag, src_inc, dst_inc,
-    seq, payload)``; raises :class:`ProtocolViolation` like :func:`decode`."""
+    """Fast path for DATA, BATCH and pattern messages: ``(type, src_tag, dst_tag, src_inc,
+    dst_inc, seq, payload)`` (BATCH: its body, for :func:`split_batch`); raises
+    :class:`ProtocolViolation` like :func:`decode`."""
     try:
         version, proto, t, remaining = FIXED.unpack_from(data, 0)
         if version != VERSION or proto != PROTO_SOCKET or remaining != len(data) - 8 or not (
-                t == DATA or t >= PATTERN_MIN):
+                t in (DATA, BATCH) or t >= PATTERN_MIN):
             raise _bad("not a well-formed sequenced message")
         ls = data[8]
         end_src = 9 + ls
@@ -263,7 +317,7 @@ def decode(data: bytes) -> Message:
         src_inc, dst_inc = INCS.unpack_from(data, off)
         off += INCS.size
         msg = Message(t, src, dst, src_inc, dst_inc)
-        if t == DATA or t >= PATTERN_MIN:
+        if t in (DATA, BATCH) or t >= PATTERN_MIN:
             (msg.seq,) = SEQ.unpack_from(data, off)
             msg.payload = data[off + 8:]
             if msg.seq == 0:

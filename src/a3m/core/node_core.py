@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from a3m.core import message as m
 from a3m.core.credits import CreditBudget
+from a3m.core.link import Link
 from a3m.core.socket_core import SocketCore
 from a3m.errors import ProtocolViolation, UsageError
 
@@ -33,6 +34,11 @@ class DeliveryObserver(Protocol):
                      size: int) -> None: ...
 
 
+#: Default :attr:`NodeCore.batch_bytes`: a BATCH fits one loopback datagram (64 KiB) and is
+#: split by Exon on a path with a smaller MTU, fragment by fragment recovered.
+BATCH_BYTES = 60000
+
+
 class NodeCore:
     """Routes middleware messages between the transport and the node's sockets.
 
@@ -53,6 +59,7 @@ class NodeCore:
         self.malformed = 0
         self.not_found = 0
         self._out: list[tuple[str, bytes]] = []
+        self._corked: list[tuple[SocketCore, Link]] = []  # links with DATA waiting
         self._local: deque[bytes] = deque()
         self._inc = 0
         self._auto_tag = 0
@@ -63,6 +70,9 @@ class NodeCore:
         #: The largest message the transport takes (the runtime sets Exon's): a send that
         #: could not fit raises MessageTooLarge before it changes any state.
         self.max_message_size = max_message_size
+        #: The most payload bytes (plus 4 per message) a BATCH carries: several messages sent
+        #: at once to one link travel as BATCHes of up to this size.
+        self.batch_bytes = min(BATCH_BYTES, max(0, max_message_size - m.DATA_OVERHEAD_MAX))
         self.lost_messages = 0  # messages of unknown outcome reported by the transport
         #: Bytes the links' receive capacities may grow by, in all (docs/credits.md).
         self.credit_budget = CreditBudget(credit_budget_bytes)
@@ -142,11 +152,20 @@ class NodeCore:
         else:
             self._out.append((node_id, data))
 
+    def cork(self, sock: SocketCore, link: Link) -> None:
+        """``link`` holds DATA to send (:attr:`Link.pending`): it leaves, as BATCHes, when the
+        transport next takes the output."""
+        self._corked.append((sock, link))
+
     def has_output(self) -> bool:
         """Whether :meth:`take_output` has something (or local messages wait to be routed)."""
-        return bool(self._out or self._local)
+        return bool(self._out or self._local or self._corked)
 
     def take_output(self) -> list[tuple[str, bytes]]:
+        if self._corked:
+            corked, self._corked = self._corked, []
+            for sock, link in corked:
+                sock.flush_link(link)
         self._drain_local()
         out, self._out = self._out, []
         return out
@@ -168,7 +187,8 @@ class NodeCore:
             self._draining = False
 
     def _dispatch(self, src_node: str, data: bytes) -> None:
-        if len(data) > 8 and (data[3] == m.DATA or data[3] >= m.PATTERN_MIN):
+        if len(data) > 8 and (data[3] == m.DATA or data[3] == m.BATCH
+                              or data[3] >= m.PATTERN_MIN):
             try:
                 t, src_tag, dst_tag, src_inc, dst_inc, seq, payload = m.decode_sequenced(data)
             except ProtocolViolation as exc:

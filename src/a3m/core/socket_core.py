@@ -33,7 +33,7 @@ from a3m.core.link import (
     most_severe,
 )
 from a3m.core.message import Message, Metadata
-from a3m.errors import MessageTooLarge, UsageError
+from a3m.errors import MessageTooLarge, ProtocolViolation, UsageError
 
 if TYPE_CHECKING:
     from a3m.core.node_core import NodeCore
@@ -108,6 +108,13 @@ class SocketCore:
         self._rr_recv = 0
         self._ring: list[Link] | None = None
         self._keepalive_at = INF  # next look for quiet links (INF: no established link)
+        cls = type(self)
+        #: Whether the default send and receive hooks are in force, so a batch of messages
+        #: may go to one link as one BATCH, and be taken from the queues in one go.
+        self._batch_send = (cls.pattern_send is SocketCore.pattern_send
+                            and cls.choose_send_link is SocketCore.choose_send_link)
+        self._batch_recv = cls.choose_recv is SocketCore.choose_recv
+        self._default_on_data = cls.on_data is SocketCore.on_data
         for name, value in options.items():
             self.set_option(name, value)
 
@@ -145,6 +152,22 @@ class SocketCore:
         """A DATA message arrived in order; default: queue it for the application."""
         link.inq.append(payload)
 
+    def on_data_many(self, link: Link, payloads: list[bytes]) -> None:
+        """Several DATA messages arrived in order (a BATCH); default: :meth:`on_data` for
+        each (queued for the application at once when ``on_data`` is the default). A hook
+        that raises loses only its own message: the rest are still handed on."""
+        if self._default_on_data:
+            link.inq.extend(payloads)
+            return
+        failed: Exception | None = None
+        for payload in payloads:
+            try:
+                self.on_data(link, payload)
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
     def on_control(self, link: Link, mtype: int, payload: bytes) -> None:
         """A pattern control message (type >= 0x40) arrived in order."""
         self.protocol_violation(link, f"unexpected control message {mtype:#x}")
@@ -171,6 +194,27 @@ class SocketCore:
             return False
         self.send_on(link, payload)
         return True
+
+    def pattern_send_many(self, payloads: list[bytes], **kw: Any) -> int:
+        """Send the first messages of ``payloads`` that can go now, in order; returns how
+        many. Default: with the default :meth:`pattern_send` and :meth:`choose_send_link`,
+        round robin by runs (each link takes what its credits allow, as BATCHes); otherwise
+        :meth:`pattern_send` one by one."""
+        n = len(payloads)
+        sent = 0
+        if not self._batch_send:
+            send = self.pattern_send
+            while sent < n and send(payloads[sent], **kw):
+                sent += 1
+            return sent
+        while sent < n:
+            link = self.choose_send_link(payloads[sent], **kw)
+            if link is None:
+                break
+            k = min(link.send.edge - link.send.sent, n - sent)
+            self.send_many_on(link, payloads[sent:sent + k] if k < n else payloads)
+            sent += k
+        return sent
 
     def blocked_reason(self) -> str | None:
         """Why the last send could not go (the runtime puts it in its WouldBlock / Timeout
@@ -200,11 +244,83 @@ class SocketCore:
             obs = node.observer
             if obs is not None:
                 obs.on_sent(self.tag, link.peer, link.my_inc, seq, len(payload))
+            if link.batches and link.peer[0] != node.node_id:
+                pending = link.pending
+                if not pending:
+                    link.pending_seq = seq
+                    node.cork(self, link)
+                pending.append(payload)
+                return
+        elif link.pending:
+            self.flush_link(link)  # a control message follows the DATA before it
+        node.emit(link.peer[0], m.encode_with_head(self._head(link), seq, payload, mtype))
+
+    def send_many_on(self, link: Link, payloads: list[bytes]) -> None:
+        """Send DATA messages in order on an established link that holds a credit for each:
+        as BATCHes where the peer takes them (one sequence number and one credit per
+        message, as :meth:`send_on` one by one would spend)."""
+        n = len(payloads)
+        if n == 1 or not link.batches:
+            for payload in payloads:
+                self.send_on(link, payload)
+            return
+        node = self.node
+        seq = link.next_seq
+        link.next_seq = seq + n
+        link.last_active = node.now
+        link.send.sent += n
+        self.stats["sent"] += n
+        obs = node.observer
+        if obs is not None:
+            for i, payload in enumerate(payloads):
+                obs.on_sent(self.tag, link.peer, link.my_inc, seq + i, len(payload))
+        if link.peer[0] != node.node_id:
+            pending = link.pending
+            if not pending:
+                link.pending_seq = seq
+                node.cork(self, link)
+            pending += payloads
+        else:
+            self._emit_runs(link, seq, payloads)
+
+    def flush_link(self, link: Link) -> None:
+        """Hand the DATA waiting on ``link`` to the node's output (the node does it for every
+        link when the transport takes its output: :meth:`NodeCore.take_output`)."""
+        pending = link.pending
+        if pending:
+            link.pending = []
+            self._emit_runs(link, link.pending_seq, pending)
+
+    def _emit_runs(self, link: Link, seq: int, payloads: list[bytes]) -> None:
+        """Emit DATA numbered from ``seq``: BATCHes of up to ``node.batch_bytes``, a lone
+        message as DATA."""
+        node = self.node
+        head = self._head(link)
+        dst = link.peer[0]
+        n = len(payloads)
+        if n == 1:
+            node.emit(dst, m.encode_with_head(head, seq, payloads[0]))
+            return
+        limit = node.batch_bytes
+        if sum(map(len, payloads)) + 4 * n <= limit:
+            node.emit(dst, m.encode_batch_with_head(head, seq, payloads))
+            return
+        start = size = 0
+        for i, payload in enumerate(payloads):
+            grow = len(payload) + 4
+            if size + grow > limit and i > start:
+                self._emit_runs(link, seq + start, payloads[start:i])
+                start, size = i, 0
+            size += grow
+        self._emit_runs(link, seq + start, payloads[start:])
+
+    def _head(self, link: Link) -> bytes:
+        """The link's extended header for sequenced messages (cached per peer incarnation)."""
         inc, head = link.data_head
         if inc != link.peer_inc:
             head = m.data_head(self.tag_bytes, link.peer_tag_bytes, link.my_inc, link.peer_inc)
             link.data_head = (link.peer_inc, head)
-        node.emit(link.peer[0], m.encode_with_head(head, seq, payload, mtype))
+        return head
 
     def check_size(self, link: Link, payload: bytes) -> None:
         """Raise MessageTooLarge if ``payload`` sent on ``link`` would not fit the transport
@@ -236,10 +352,41 @@ class SocketCore:
                 return link, payload
         return None
 
-    def delivered_from(self, link: Link) -> None:
-        """Call when the application took a message from ``link`` (returns credits)."""
-        self.stats["delivered"] += 1
-        flow = link.recv.on_delivered(self.node.now)
+    def take_from_links(self, max_items: int) -> list[bytes]:
+        """Up to ``max_items`` queued DATA payloads, in order per link, fair over links (each
+        in turn gives what it has), with their credits returned once per link: the bulk
+        form of :meth:`next_from_links`."""
+        ring = self._ring if self._ring is not None else self.link_ring()
+        n = len(ring)
+        out: list[bytes] = []
+        start = self._rr_recv % n if n else 0
+        for i in range(n):
+            link = ring[(start + i) % n]
+            q = link.inq
+            if not q:
+                continue
+            want = max_items - len(out)
+            if len(q) <= want:
+                count = len(q)
+                out += q
+                q.clear()
+            else:
+                count = want
+                popleft = q.popleft
+                out += [popleft() for _ in range(want)]
+            self.delivered_from(link, count)
+            if len(out) >= max_items:
+                self._rr_recv = (start + i + 1) % n
+                return out
+        if n:
+            self._rr_recv = (start + 1) % n
+        return out
+
+    def delivered_from(self, link: Link, count: int = 1) -> None:
+        """Call when the application took ``count`` messages from ``link`` (returns
+        credits)."""
+        self.stats["delivered"] += count
+        flow = link.recv.on_delivered(self.node.now, count)
         # Credits are useless once the peer unlinked (its goal is fixed: it sends no more
         # DATA); such a FLOW would only keep this node waiting for a peer that may be gone.
         if flow is not None and link.state is not State.CLOSED and link.peer_goal is None:
@@ -327,6 +474,41 @@ class SocketCore:
                 self.stats["delivered"] += 1
                 return got
         return self.choose_recv()
+
+    def try_recv_many(self, max_items: int) -> list[bytes]:
+        """Up to ``max_items`` payloads, in the order :meth:`try_recv` would give them."""
+        if not self.receives:
+            raise UsageError(f"a {self.kind} socket cannot receive")
+        out: list[bytes] = []
+        orphans = self.orphans
+        while orphans and len(out) < max_items:
+            got = self.orphan(orphans.popleft())
+            if got is not None:
+                self.stats["delivered"] += 1
+                out.append(got.payload)
+        if len(out) < max_items:
+            if self._batch_recv:
+                out += self.take_from_links(max_items - len(out))
+            else:
+                choose = self.choose_recv
+                while len(out) < max_items and (got := choose()) is not None:
+                    out.append(got.payload)
+        return out
+
+    def try_send_many(self, payloads: list[bytes], **kw: Any) -> int:
+        """Send the first messages of ``payloads`` that can go now; returns how many."""
+        if not self.sends:
+            raise UsageError(f"a {self.kind} socket cannot send")
+        if self.closed:
+            raise UsageError("socket is closed")
+        if not payloads:
+            return 0
+        largest = max(map(len, payloads))
+        if largest > self.node.max_message_size - m.DATA_OVERHEAD_MAX:
+            raise MessageTooLarge(
+                f"{largest} bytes > the largest message this node sends "
+                f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
+        return self.pattern_send_many(payloads, **kw)
 
     @property
     def readable(self) -> bool:
@@ -453,7 +635,7 @@ class SocketCore:
             self._on_error(peer, link, msg, now)
             return
         if link is None or msg.dst_inc != link.my_inc:
-            if t == m.DATA or t >= m.PATTERN_MIN or t == m.PING:
+            if t == m.DATA or t == m.BATCH or t >= m.PATTERN_MIN or t == m.PING:
                 # Seed 000: "socket not linked" (never in answer to an ERROR).
                 self._emit(peer, Message(m.ERROR, self.tag, peer[1], 0, msg.src_inc,
                                          code=m.ERR_SOCKET_NOT_LINKED, about=t))
@@ -461,7 +643,7 @@ class SocketCore:
         if link.state is State.LINKING and t != m.LINKACK and not self._implicit_accept(link, msg):
             return
         link.last_active = now
-        if t == m.DATA or t >= m.PATTERN_MIN:
+        if t == m.DATA or t == m.BATCH or t >= m.PATTERN_MIN:
             self._on_sequenced(link, t, msg.seq, msg.payload)
         elif t == m.FLOW:
             link.send.on_flow(msg.flow_seq, msg.edge)
@@ -474,7 +656,7 @@ class SocketCore:
 
     def _my_meta(self) -> Metadata:
         meta: Metadata = {"type": self.kind, "credits": self.options.capacity,
-                          "ordered": self.options.ordered}
+                          "ordered": self.options.ordered, "batch": True}
         meta.update(self.link_metadata())
         return meta
 
@@ -597,6 +779,7 @@ class SocketCore:
         credits = meta.get("credits", 0)
         link.send.edge = credits if isinstance(credits, int) else 0
         link.ordered = self.options.ordered and bool(meta.get("ordered", True))
+        link.batches = meta.get("batch") is True
         self.refusals.pop(link.peer, None)
         self._retry_count.pop(link.peer, None)
         self.on_link_added(link)
@@ -659,36 +842,58 @@ class SocketCore:
         self._on_sequenced(link, mtype, seq, payload)
         return True
 
-    def _on_sequenced(self, link: Link, mtype: int, seq: int, payload: bytes) -> None:
+    def _on_sequenced(self, link: Link, mtype: int, seq: int, payload: Any) -> None:
         if link.state is State.CLOSED:
             return
+        span = 1
         if mtype == m.DATA:
             if not link.recv.on_arrival(len(payload)):
                 self.protocol_violation(link, "sent beyond its credits")
                 return
+        elif mtype == m.BATCH:
+            if not isinstance(payload, list):
+                try:
+                    payload = m.split_batch(payload)
+                except ProtocolViolation as exc:
+                    self.protocol_violation(link, str(exc))
+                    return
+            span = len(payload)
+            room = link.recv.max_edge - link.recv.received
+            if span > room:  # what its credits covered is kept, as for DATA one by one
+                if room > 0:
+                    self._on_sequenced(link, mtype, seq, payload[:room])
+                if not link.closed:  # (the part it could send may have ended the link)
+                    self.protocol_violation(link, "sent beyond its credits")
+                return
+            link.recv.on_arrival(sum(map(len, payload)), span)
         else:
             link.ctrl_pending += 1
             if link.ctrl_pending > CTRL_ALLOWANCE:
                 self.protocol_violation(link, "too many control messages")
                 return
         if not link.ordered:
-            link.expected_seq = max(link.expected_seq, seq + 1)
+            link.expected_seq = max(link.expected_seq, seq + span)
             self._process(link, mtype, payload, seq)
             return
         if seq == link.expected_seq:
             # The sequence moves on before a hook runs: a hook that raises loses only its own
             # message, never wedges the link (the driver reports the error).
-            link.expected_seq = seq + 1
+            reorder = link.reorder
+            if span > 1 and reorder and self._overlaps(link, seq, span):
+                return
+            link.expected_seq = seq + span
             failed: Exception | None = None
             try:
                 self._process(link, mtype, payload, seq)
             except Exception as exc:
                 failed = exc
-            reorder = link.reorder
             while reorder and link.expected_seq in reorder:
                 s = link.expected_seq
                 t, p = reorder.pop(s)
-                link.expected_seq = s + 1
+                span = len(p) if t == m.BATCH else 1
+                if span > 1 and reorder and self._overlaps(link, s, span):
+                    return
+                link.expected_seq = s + span
                 try:
                     self._process(link, t, p, s)
                 except Exception as exc:
@@ -703,15 +908,35 @@ class SocketCore:
         if link.state is State.UNLINKING:
             self._try_finish(link)
 
-    def _process(self, link: Link, mtype: int, payload: bytes, seq: int) -> None:
-        link.processed += 1
+    def _overlaps(self, link: Link, seq: int, span: int) -> bool:
+        """A BATCH about to be processed whose numbers another early message also claims:
+        the peer broke the protocol (the link is closed)."""
+        reorder = link.reorder
+        for s in range(seq + 1, seq + span):
+            if s in reorder:
+                self.protocol_violation(link, f"sequence number {s} repeated")
+                return True
+        return False
+
+    def _process(self, link: Link, mtype: int, payload: Any, seq: int) -> None:
         if mtype == m.DATA:
+            link.processed += 1
             self.stats["received"] += 1
             obs = self.node.observer
             if obs is not None:
                 obs.on_delivered(self.tag, link.peer, link.peer_inc, seq, len(payload))
             self.on_data(link, payload)
+        elif mtype == m.BATCH:
+            count = len(payload)
+            link.processed += count
+            self.stats["received"] += count
+            obs = self.node.observer
+            if obs is not None:
+                for i, one in enumerate(payload):
+                    obs.on_delivered(self.tag, link.peer, link.peer_inc, seq + i, len(one))
+            self.on_data_many(link, payload)
         else:
+            link.processed += 1
             link.ctrl_pending -= 1
             self.on_control(link, mtype, payload)
 

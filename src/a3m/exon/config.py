@@ -42,6 +42,11 @@ class ExonConfig:
     #: keep paying off (adaptive); it saves a thread wake-up (tens of microseconds) per hop of
     #: a request/reply exchange, for at most this much CPU per wait. 0 turns it off.
     busy_poll_s: float = 0.0002
+    #: Runtime, not protocol: messages an application sends within this long of the node's
+    #: last hand-off to the transport wait for the next one (at most this long), so a stream
+    #: leaves as BATCHes instead of one message per hand-off; a message sent after a quiet
+    #: spell (a request, a reply) still leaves at once. 0 hands every message off at once.
+    cork_s: float = 0.00005
     #: A send record with nothing queued or in flight for this long releases and is discarded.
     idle_release_s: float = 1.0
     #: A receive record with no traffic for this long probes its sender (or is discarded if empty).
@@ -105,6 +110,8 @@ class ExonConfig:
             raise UsageError("need 0 < rto_initial_s <= rto_max_s")
         if not 0 <= self.busy_poll_s <= 0.01:
             raise UsageError("busy_poll_s must be within 0 <= busy_poll_s <= 0.01")
+        if not 0 <= self.cork_s <= 0.01:
+            raise UsageError("cork_s must be within 0 <= cork_s <= 0.01")
         if not 0 <= self.ack_delay_s <= 0.1:
             raise UsageError("ack_delay_s must be within 0..0.1 s")
         if self.idle_release_s < 0 or self.probe_interval_s <= 0:

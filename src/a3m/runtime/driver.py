@@ -115,9 +115,13 @@ class Driver:
                  on_events: EventHandler, name: str = "a3m-io",
                  upper_timer: Callable[[], float | None] | None = None,
                  on_turn: Callable[[float], None] | None = None,
-                 busy_poll_s: float = 0.0) -> None:
+                 busy_poll_s: float = 0.0,
+                 upper_output: Callable[[], bool] | None = None) -> None:
         self.proto = proto
         self._upper_timer = upper_timer
+        #: The layer above has output that ``on_turn`` hands to the protocol (when it is due
+        #: is in ``upper_timer``); a leader hands it down before it goes.
+        self._upper_output = upper_output
         self._on_turn = on_turn
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
@@ -236,6 +240,9 @@ class Driver:
             if self._park_notify:
                 self._park_notify = False
                 self._park.notify()
+            if self._running and self._upper_output is not None and self._upper_output() \
+                    and self._on_turn is not None:
+                self._on_turn(time.monotonic())  # sent by another thread during our turn
             if self._running and proto.has_output():
                 self._send_now()  # nobody else may be awake to send it soon
 
@@ -293,6 +300,12 @@ class Driver:
             except OSError:
                 self.io_errors += 1
 
+    @property
+    def turn_under_way(self) -> bool:
+        """Under the lock: a thread is in a turn (or sending what it took), and the loop
+        comes back for what the layer above has by then (see ``upper_output``)."""
+        return not self._sleeping and self._running
+
     def flush(self) -> None:
         """Under the lock: send what the protocol has now, from the calling thread, when the
         I/O thread sleeps (a lone request leaves at once instead of after a thread hand-off;
@@ -301,6 +314,13 @@ class Driver:
         if not self._sleeping or not self.proto.has_output():
             return  # a turn is under way (it sends), or nothing to send: no new deadline
         self._send_now()
+        self.reschedule()
+
+    def reschedule(self) -> None:
+        """Under the lock: wake the sleeping I/O thread if a deadline (the protocol's or the
+        layer above's) now comes before the end of its sleep."""
+        if not self._sleeping:
+            return
         deadline = self._deadline()
         if deadline is not None:
             until = self._io_until
@@ -394,6 +414,7 @@ class Driver:
                 self._on_events = _drop_events
                 self._on_turn = None
                 self._upper_timer = None
+                self._upper_output = None
                 self.wake()
                 return
         with _LINGERING_LOCK:

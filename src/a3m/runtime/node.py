@@ -140,10 +140,14 @@ class Node:
         self._sockets: dict[str, Socket] = {}
         self._listeners: list[Callable[[], None]] = []
         self._closed = False
+        self._cork_s = config.cork_s
+        self._sent_at = float("-inf")  # the last send (see _after_send)
+        self._cork_until = 0.0
         self._driver = Driver(self._proto, bind, self._bridge.on_events,
                               name=f"a3m-node-{self.id}",
-                              upper_timer=self._core.next_timer, on_turn=self._on_turn,
-                              busy_poll_s=config.busy_poll_s)
+                              upper_timer=self._upper_deadline, on_turn=self._on_turn,
+                              busy_poll_s=config.busy_poll_s,
+                              upper_output=self._bridge.has_output)
 
     # ------------------------------------------------------------------ API
 
@@ -306,6 +310,16 @@ class Node:
         for node_id in listed:
             self._core.node_known(str(node_id))
 
+    def _upper_deadline(self) -> float | None:
+        """When the core needs a turn: its next timer, or while it holds output, the end of
+        the cork window (see :meth:`_after_send`; past: at once)."""
+        t = self._core.next_timer()
+        if self._bridge.has_output():
+            due = self._cork_until
+            if t is None or due < t:
+                return due
+        return t
+
     def _on_turn(self, now: float) -> None:
         if self._core.nodes_watched:
             self._list_nodes(now)
@@ -318,10 +332,28 @@ class Node:
             fn()
 
     def _after_call(self) -> None:
-        """Under the lock, after an application call changed the core."""
-        if self._bridge.has_output():
+        """Under the lock, after an application call changed the core: its output leaves now
+        from this thread, unless a turn is under way (its loop takes it)."""
+        if self._bridge.has_output() and not self._driver.turn_under_way:
             self._bridge.pump(time.monotonic())
             self._driver.flush()
+        self._driver.notify_all()
+        for fn in self._listeners:
+            fn()
+
+    def _after_send(self, now: float) -> None:
+        """:meth:`_after_call` for a send at ``now``: a send within ``cork_s`` of the previous
+        one (a stream) leaves with the next turn instead, at most ``cork_s`` later, together
+        with what else is sent meanwhile (as BATCHes); a send after a quiet spell (a request,
+        a reply) leaves at once."""
+        last, self._sent_at = self._sent_at, now
+        if now - last >= self._cork_s:
+            self._after_call()
+            return
+        if self._bridge.has_output() and not self._driver.turn_under_way:
+            if self._cork_until <= now:
+                self._cork_until = now + self._cork_s
+            self._driver.reschedule()  # the I/O thread turns by the end of the window
         self._driver.notify_all()
         for fn in self._listeners:
             fn()
@@ -405,7 +437,7 @@ class Socket:
                 now = time.monotonic()
                 core.node.now = now
                 if core.try_send(data, **kw):
-                    self.node._after_call()
+                    self.node._after_send(now)
                     return
                 why = self._why_blocked()
                 deadline, left = _time_left(
@@ -430,7 +462,6 @@ class Socket:
         _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
-        try_send = core.try_send
         n = len(items)
         sent = 0
         deadline = -1.0
@@ -439,11 +470,10 @@ class Socket:
                 self._check_open()
                 now = time.monotonic()
                 core.node.now = now
-                before = sent
-                while sent < n and try_send(items[sent], **kw):
-                    sent += 1
-                if sent > before:
-                    self.node._after_call()
+                went = core.try_send_many(items[sent:] if sent else items, **kw)
+                if went:
+                    sent += went
+                    self.node._after_send(now)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
                     why = self._why_blocked()
@@ -467,7 +497,23 @@ class Socket:
         hand-off for the lot. Raises as :meth:`recv` when nothing came in time."""
         if not isinstance(max_items, int) or max_items < 1:
             raise UsageError("recv_many needs max_items >= 1")
-        return [got.payload for got in self._recv(timeout, max_items, "recv_many")]
+        _check_timeout(timeout)
+        drv = self.node._driver
+        core = self._core
+        deadline = -1.0
+        with drv.lock:
+            while True:
+                now = time.monotonic()
+                core.node.now = now
+                out = core.try_recv_many(max_items)
+                if out:
+                    self.node._after_call()
+                    return out
+                self._check_open()
+                deadline, left = _time_left(timeout, deadline, now,
+                                            f"nothing to receive on {self.id.tag!r}",
+                                            f"recv_many on {self.id.tag!r}")
+                drv.wait(left)
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
