@@ -19,7 +19,7 @@ import argparse
 from collections import Counter, defaultdict
 
 ROLES = {"exon_sender": "sender", "exon_receiver": "receiver", "push_sender": "sender",
-         "pull_receiver": "receiver"}
+         "pull_receiver": "receiver", "a3m_server": "receiver", "a3m_client": "sender"}
 
 
 def classify(frames: list[str]) -> tuple[str, str] | None:

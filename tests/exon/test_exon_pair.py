@@ -173,3 +173,18 @@ def test_address_change_mid_stream_is_learnt_from_traffic() -> None:
     assert sorted(got) == sorted(b"%d" % i for i in range(400))
     assert a.stats.address_changes >= 1
     assert a.address_of("b") == "b@2"
+
+
+def test_once_everything_is_acknowledged_the_next_deadline_is_the_idle_release() -> None:
+    """The probe timeout of a token that has been acknowledged is no deadline any more: a
+    runtime that sleeps until ``next_timer`` must not be woken for it (it used to be: one
+    needless thread wake-up per request of a request/reply exchange)."""
+    p = Pair("a", "b")
+    a = p.nodes["a"]
+    a.send("b", b"x", p.now)
+    p.transfer()
+    assert a.record_counts() == (1, 0)
+    t = a.next_timer()
+    assert t is not None and t >= p.now + p.config.idle_release_s - 1e-9
+    p.advance(p.config.idle_release_s + 0.5)
+    assert a.is_idle()

@@ -349,8 +349,10 @@ class SenderPart(ProtocolState):
             rec.loss_time = INF
             if self._closing:
                 self._release(rec, now)
-            else:
-                self._schedule(rec, now + self.config.idle_release_s)
+            elif rec.req_out:
+                self._schedule(rec, now + self.config.idle_release_s)  # (its probe stays)
+            else:  # nothing to probe for any more: the next duty is the idle release
+                self._reschedule(rec, now + self.config.idle_release_s)
         if self._blocked:
             self._blocked = False
             self._events.append(Writable())

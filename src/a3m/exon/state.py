@@ -297,7 +297,17 @@ class ProtocolState:
             out.append(frame)
 
     def _schedule(self, rec: _Timed, t: float) -> None:
+        """Make ``rec``'s timer fire by ``t`` (an earlier deadline already set stays)."""
         if t < rec.timer_at:
+            rec.timer_at = t
+            self._timer_seq += 1
+            heapq.heappush(self._timers, (t, self._timer_seq, rec))
+
+    def _reschedule(self, rec: _Timed, t: float) -> None:
+        """Move ``rec``'s timer to ``t``, later as well as earlier (the entry for the old time
+        goes stale and is skipped): a deadline that no longer has work must not wake the
+        runtime for nothing."""
+        if t != rec.timer_at:
             rec.timer_at = t
             self._timer_seq += 1
             heapq.heappush(self._timers, (t, self._timer_seq, rec))
