@@ -305,3 +305,54 @@ def test_wait_receipt_is_false_for_an_unknown_outcome(tmp_path: Any) -> None:
             assert a.stats["outcome_unknown"] == 1
         finally:
             b2.close(timeout=5)
+
+
+def test_a_send_right_after_another_waits_for_the_turn_within_cork_s() -> None:
+    """The first send of a burst leaves at once; one within ``cork_s`` of it is held for the
+    I/O thread's next turn (at most ``cork_s`` later), so a stream shares datagrams instead of
+    leaving one each (across processes: `a3m bench transport`, docs/performance.md)."""
+    with Endpoint("alpha", cork_s=0.01) as a, Endpoint("beta") as b:
+        a.associate("beta", b.address)
+        a.send("beta", b"warm-up", timeout=5)
+        assert b.recv(timeout=5) == ("alpha", b"warm-up")
+        time.sleep(0.2)  # everything acknowledged, both I/O threads asleep
+        a.send("beta", b"first", timeout=5)
+        with a._driver.lock:
+            assert not a._proto.has_output()  # left at once
+        a.send("beta", b"second", timeout=5)
+        with a._driver.lock:
+            held = a._proto.has_output()
+        got = collect(b, 2, timeout=5)
+        assert held  # the second waited for the turn
+        assert sorted(p for _, p in got) == [b"first", b"second"]
+
+
+@pytest.mark.parametrize("cork_s, most", [(0.00005, 50), (0.0, None)])
+def test_a_stream_to_another_process_shares_datagrams(cork_s: float, most: int | None) -> None:
+    """Across processes (the I/O thread asleep between turns), a tight loop of sends used to
+    leave a datagram per 20 messages or so, the first of each turn alone; within ``cork_s``
+    they wait for the turn and share it (one per 150 here; 900 datagrams before)."""
+    import multiprocessing as mp
+
+    from a3m.benchmarks.transport import exon_receiver
+
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Queue(), ctx.Queue()
+    n = 20000
+    rx = ctx.Process(target=exon_receiver, args=(ready, results),
+                     kwargs={"messages": n, "size": 64}, daemon=True)
+    rx.start()
+    try:
+        with Endpoint("bench-tx", cork_s=cork_s) as a:
+            a.associate("bench-rx", tuple(ready.get(timeout=30)))
+            for i in range(n):
+                a.send("bench-rx", b"%063d" % i, timeout=30)
+            report = results.get(timeout=60)
+            sent = a.stats["datagrams_out"]
+        assert report["received"] == n
+        if most is not None:
+            assert sent <= n // most, sent
+    finally:
+        rx.join(10)
+        if rx.is_alive():
+            rx.kill()

@@ -103,8 +103,11 @@ class Endpoint:
         self._not_delivered: deque[tuple[str, bytes, int | None]] = deque(maxlen=65536)
         self._closed = False
         self._warn_key = warn_key_refused(self.id)
+        self._cork_s = config.cork_s
+        self._sent_at = float("-inf")  # the last send (see send)
+        self._cork_until = 0.0
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}",
-                              busy_poll_s=config.busy_poll_s)
+                              busy_poll_s=config.busy_poll_s, upper_timer=self._cork_deadline)
 
     # ------------------------------------------------------------------ API
 
@@ -154,8 +157,9 @@ class Endpoint:
         with drv.lock:
             while True:
                 self._check_open()
+                now = time.monotonic()
                 try:
-                    rid = self._proto.send(node_id, payload, time.monotonic(), receipt)
+                    rid = self._proto.send(node_id, payload, now, receipt)
                 except WouldBlock:
                     if timeout == 0:
                         raise
@@ -165,8 +169,21 @@ class Endpoint:
                     drv.wake()
                     drv.wait(left)
                     continue
-                drv.flush()
+                # As Node does: a send within cork_s of the previous one (a stream) leaves
+                # with the next turn, at most cork_s later, packed with what else came;
+                # a send after a quiet spell leaves at once.
+                last, self._sent_at = self._sent_at, now
+                if now - last >= self._cork_s:
+                    drv.flush()
+                else:
+                    if self._cork_until <= now:
+                        self._cork_until = now + self._cork_s
+                    drv.reschedule()
                 return rid
+
+    def _cork_deadline(self) -> float | None:
+        """The end of the cork window while the protocol holds output (see :meth:`send`)."""
+        return self._cork_until if self._proto.has_output() else None
 
     def recv(self, timeout: float | None = None) -> tuple[str, bytes]:
         """The next delivered ``(node_id, payload)``; blocks up to ``timeout`` seconds."""
