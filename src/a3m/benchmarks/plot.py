@@ -116,8 +116,9 @@ def _count(result: dict[str, Any]) -> str:
 
 
 def describe(result: dict[str, Any]) -> str:
-    """One line naming a result: workload, payload size, message count."""
-    return f"{result['workload']}: {result['size']:,} B payload, {_count(result)}"
+    """One line naming a result: workload (and its batch size), payload size, message count."""
+    batch = f" (batches of {result['batch']})" if result.get("batch") else ""
+    return f"{result['workload']}{batch}: {result['size']:,} B payload, {_count(result)}"
 
 
 def _systems(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -9,6 +9,8 @@ Decoding raises :class:`~a3m.errors.ProtocolViolation` and nothing else.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -48,6 +50,8 @@ U16 = struct.Struct(">H")
 I64 = struct.Struct(">q")
 U32 = struct.Struct(">I")
 _U32_PACK = U32.pack
+_U32_ARRAY = array("I").itemsize == 4  # (the lengths of a BATCH go through an array of them)
+_SWAP = sys.byteorder == "little"
 
 # Error codes (seed 000), carried by ERROR messages.
 ERR_SOCKET_NOT_FOUND: Final = 0x01
@@ -153,18 +157,27 @@ def encode_batch_with_head(head: bytes, seq: int, payloads: list[bytes]) -> byte
     """A BATCH of ``payloads`` (sequence numbers ``seq`` on) from its link's :func:`data_head`:
     after the sequence number, count u32, ``count`` lengths u32, the payloads back to back."""
     n = len(payloads)
-    lens = struct.pack(f">{n}I", *map(len, payloads))
-    size = len(head) + 12 + len(lens) + sum(map(len, payloads))
+    lens = _lengths(payloads)
+    size = len(head) + 12 + 4 * n + sum(map(len, payloads))
     parts = [_FIXED_PACK(VERSION, PROTO_SOCKET, BATCH, size), head, _SEQ_PACK(seq),
              _U32_PACK(n), lens]
     parts += payloads
     return b"".join(parts)
 
 
+def _lengths(payloads: list[bytes]) -> bytes:
+    """The payloads' lengths as big-endian u32s."""
+    if _U32_ARRAY:
+        lens = array("I", map(len, payloads))
+        if _SWAP:
+            lens.byteswap()
+        return lens.tobytes()
+    return struct.pack(f">{len(payloads)}I", *map(len, payloads))
+
+
 def encode_batch_body(payloads: list[bytes]) -> bytes:
     """A BATCH body after its sequence number (as :func:`encode_batch_with_head` lays it)."""
-    n = len(payloads)
-    parts = [_U32_PACK(n), struct.pack(f">{n}I", *map(len, payloads))]
+    parts = [_U32_PACK(len(payloads)), _lengths(payloads)]
     parts += payloads
     return b"".join(parts)
 

@@ -8,9 +8,11 @@ core's ``emit`` and time comes in as ``now``.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 from random import Random
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -292,8 +294,9 @@ class SocketCore:
             self._emit_runs(link, link.pending_seq, pending)
 
     def _emit_runs(self, link: Link, seq: int, payloads: list[bytes]) -> None:
-        """Emit DATA numbered from ``seq``: BATCHes of up to ``node.batch_bytes``, a lone
-        message as DATA."""
+        """Emit DATA numbered from ``seq``: BATCHes of up to ``node.batch_bytes`` (payload
+        bytes plus 4 per message; a message larger than that alone), a lone message as
+        DATA."""
         node = self.node
         head = self._head(link)
         dst = link.peer[0]
@@ -301,18 +304,21 @@ class SocketCore:
         if n == 1:
             node.emit(dst, m.encode_with_head(head, seq, payloads[0]))
             return
+        # Running totals of (4 + size), computed in C; each run ends where the next
+        # message would pass the limit.
+        ends = list(accumulate(map((4).__add__, map(len, payloads))))
         limit = node.batch_bytes
-        if sum(map(len, payloads)) + 4 * n <= limit:
+        if ends[-1] <= limit:
             node.emit(dst, m.encode_batch_with_head(head, seq, payloads))
             return
-        start = size = 0
-        for i, payload in enumerate(payloads):
-            grow = len(payload) + 4
-            if size + grow > limit and i > start:
-                self._emit_runs(link, seq + start, payloads[start:i])
-                start, size = i, 0
-            size += grow
-        self._emit_runs(link, seq + start, payloads[start:])
+        start, base = 0, 0
+        while start < n:
+            stop = max(bisect_right(ends, base + limit, start), start + 1)
+            run = payloads[start:stop]
+            node.emit(dst, m.encode_with_head(head, seq + start, run[0]) if len(run) == 1
+                      else m.encode_batch_with_head(head, seq + start, run))
+            base = ends[stop - 1]
+            start = stop
 
     def _head(self, link: Link) -> bytes:
         """The link's extended header for sequenced messages (cached per peer incarnation)."""
