@@ -316,6 +316,17 @@ class Driver:
         self._send_now()
         self.reschedule()
 
+    def wake_by(self, t: float) -> None:
+        """Under the lock: make sure a turn happens by ``t`` (wakes the I/O thread, or the
+        leader, only if it sleeps past it)."""
+        if not self._sleeping:
+            return
+        until = self._io_until
+        if self._leader is not None and self._lead_until < until:
+            until = self._lead_until
+        if t < until:
+            self.wake()
+
     def reschedule(self) -> None:
         """Under the lock: wake the sleeping I/O thread if a deadline (the protocol's or the
         layer above's) now comes before the end of its sleep."""

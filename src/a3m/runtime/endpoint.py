@@ -178,7 +178,7 @@ class Endpoint:
                 else:
                     if self._cork_until <= now:
                         self._cork_until = now + self._cork_s
-                    drv.reschedule()
+                    drv.wake_by(self._cork_until)
                 return rid
 
     def _cork_deadline(self) -> float | None:

@@ -353,7 +353,7 @@ class Node:
         if self._bridge.has_output() and not self._driver.turn_under_way:
             if self._cork_until <= now:
                 self._cork_until = now + self._cork_s
-            self._driver.reschedule()  # the I/O thread turns by the end of the window
+            self._driver.wake_by(self._cork_until)  # the I/O thread turns by its end
         self._driver.notify_all()
         for fn in self._listeners:
             fn()
