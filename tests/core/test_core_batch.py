@@ -11,6 +11,7 @@ import pytest
 from a3m.core import message as m
 from a3m.core.link import State
 from a3m.core.socket_core import SocketCore
+from a3m.errors import UsageError
 from a3m.patterns.pipeline import Pull
 
 from .pipe import Pipe
@@ -172,3 +173,25 @@ def test_recv_many_is_fair_over_links() -> None:
     for n in "ac":
         mine = [g for g in got + rest if g[:1] == n.encode()]
         assert mine == [n.encode() + b"%d" % i for i in range(10)]  # in order per link
+
+
+def test_recv_runs_give_each_links_messages_with_their_source() -> None:
+    p = Pipe("a", "c", "b")
+    pull = p.nodes["b"].create("PULL", "sink")
+    pushes = [p.nodes[n].create("PUSH", "src") for n in ("a", "c")]
+    for push in pushes:
+        push.link(B, p.now)
+    p.run()
+    for n, push in zip("ac", pushes, strict=True):
+        push.try_send_many([n.encode() + b"%d" % i for i in range(5)])
+    p.run()
+    runs = pull.try_recv_runs(7)
+    assert sum(len(r[2]) for r in runs) == 7
+    for source, topic, payloads in runs:
+        assert topic is None and {x[:1] for x in payloads} == {source[0].encode()}
+    rest = pull.try_recv_runs(100)
+    got = [x for r in runs + rest for x in r[2]]
+    assert sorted(got) == sorted(n.encode() + b"%d" % i for n in "ac" for i in range(5))
+    assert pull.try_recv_runs(10) == [] and pull.try_recv_payload() is None
+    with pytest.raises(UsageError):
+        pushes[0].try_recv_payload()  # a PUSH cannot receive

@@ -362,31 +362,41 @@ class SocketCore:
         """Up to ``max_items`` queued DATA payloads, in order per link, fair over links (each
         in turn gives what it has), with their credits returned once per link: the bulk
         form of :meth:`next_from_links`."""
+        runs = self.take_runs(max_items)
+        if len(runs) == 1:
+            return runs[0][1]
+        out: list[bytes] = []
+        for _, payloads in runs:
+            out += payloads
+        return out
+
+    def take_runs(self, max_items: int) -> list[tuple[PeerId, list[bytes]]]:
+        """As :meth:`take_from_links`, by link: ``(peer, payloads)`` runs."""
         ring = self._ring if self._ring is not None else self.link_ring()
         n = len(ring)
-        out: list[bytes] = []
+        runs: list[tuple[PeerId, list[bytes]]] = []
+        left = max_items
         start = self._rr_recv % n if n else 0
         for i in range(n):
             link = ring[(start + i) % n]
             q = link.inq
             if not q:
                 continue
-            want = max_items - len(out)
-            if len(q) <= want:
-                count = len(q)
-                out += q
+            if len(q) <= left:
+                got = list(q)
                 q.clear()
             else:
-                count = want
                 popleft = q.popleft
-                out += [popleft() for _ in range(want)]
-            self.delivered_from(link, count)
-            if len(out) >= max_items:
+                got = [popleft() for _ in range(left)]
+            runs.append((link.peer, got))
+            left -= len(got)
+            self.delivered_from(link, len(got))
+            if not left:
                 self._rr_recv = (start + i + 1) % n
-                return out
+                return runs
         if n:
             self._rr_recv = (start + 1) % n
-        return out
+        return runs
 
     def delivered_from(self, link: Link, count: int = 1) -> None:
         """Call when the application took ``count`` messages from ``link`` (returns
@@ -468,6 +478,15 @@ class SocketCore:
             raise MessageTooLarge(
                 f"{len(payload)} bytes > the largest message this node sends "
                 f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
+        if self._batch_send and not kw:
+            # The default hooks with one link (PUSH, PAIR...): what choose_send_link decides.
+            ring = self._ring if self._ring is not None else self.link_ring()
+            if len(ring) == 1:
+                link = ring[0]
+                if link.state is not State.ESTABLISHED or link.send.edge <= link.send.sent:
+                    return False
+                self.send_on(link, payload)
+                return True
         return self.pattern_send(payload, **kw)
 
     def try_recv(self) -> Received | None:
@@ -480,6 +499,23 @@ class SocketCore:
                 self.stats["delivered"] += 1
                 return got
         return self.choose_recv()
+
+    def try_recv_payload(self) -> bytes | None:
+        """The next payload, as :meth:`try_recv` would give it (None: nothing yet), without
+        building a :class:`Received` where the default receive hooks are in force."""
+        if self.orphans or not self._batch_recv or not self.receives:
+            got = self.try_recv()
+            return None if got is None else got.payload
+        ring = self._ring if self._ring is not None else self.link_ring()
+        if len(ring) == 1:
+            link = ring[0]
+            if not link.inq:
+                return None
+            payload = link.inq.popleft()
+            self.delivered_from(link)
+            return payload
+        taken = self.next_from_links()
+        return None if taken is None else taken[1]
 
     def try_recv_many(self, max_items: int) -> list[bytes]:
         """Up to ``max_items`` payloads, in the order :meth:`try_recv` would give them."""
@@ -499,6 +535,31 @@ class SocketCore:
                 choose = self.choose_recv
                 while len(out) < max_items and (got := choose()) is not None:
                     out.append(got.payload)
+        return out
+
+    def try_recv_runs(self, max_items: int) -> list[tuple[PeerId, bytes | None, list[bytes]]]:
+        """Up to ``max_items`` messages as :meth:`try_recv_many` takes them, in runs of one
+        link's messages: ``(source, topic, payloads)`` (a pattern with its own
+        ``choose_recv``, or an orphan: one message per run)."""
+        if not self.receives:
+            raise UsageError(f"a {self.kind} socket cannot receive")
+        out: list[tuple[PeerId, bytes | None, list[bytes]]] = []
+        count = 0
+        orphans = self.orphans
+        while orphans and count < max_items:
+            got = self.orphan(orphans.popleft())
+            if got is not None:
+                self.stats["delivered"] += 1
+                out.append((got.source, got.topic, [got.payload]))
+                count += 1
+        if count < max_items:
+            if self._batch_recv:
+                out += [(peer, None, p) for peer, p in self.take_runs(max_items - count)]
+            else:
+                choose = self.choose_recv
+                while count < max_items and (got := choose()) is not None:
+                    out.append((got.source, got.topic, [got.payload]))
+                    count += 1
         return out
 
     def try_send_many(self, payloads: list[bytes], **kw: Any) -> int:

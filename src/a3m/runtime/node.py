@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from random import Random
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from a3m.core.link import REASONS
 from a3m.core.node_core import NodeCore
@@ -69,6 +69,8 @@ class ReceivedMessage:
     #: DISH: the group the message was sent to.
     group: str | None = None
 
+
+_T = TypeVar("_T")
 
 def _check_timeout(timeout: float | None) -> None:
     if timeout is not None and timeout < 0:
@@ -497,23 +499,8 @@ class Socket:
         hand-off for the lot. Raises as :meth:`recv` when nothing came in time."""
         if not isinstance(max_items, int) or max_items < 1:
             raise UsageError("recv_many needs max_items >= 1")
-        _check_timeout(timeout)
-        drv = self.node._driver
         core = self._core
-        deadline = -1.0
-        with drv.lock:
-            while True:
-                now = time.monotonic()
-                core.node.now = now
-                out = core.try_recv_many(max_items)
-                if out:
-                    self.node._after_call()
-                    return out
-                self._check_open()
-                deadline, left = _time_left(timeout, deadline, now,
-                                            f"nothing to receive on {self.id.tag!r}",
-                                            f"recv_many on {self.id.tag!r}")
-                drv.wait(left)
+        return self._take(lambda: core.try_recv_many(max_items) or None, timeout, "recv_many")
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
@@ -524,12 +511,35 @@ class Socket:
 
     def recv(self, timeout: float | None = None) -> bytes:
         """The next message's payload."""
-        return self._recv(timeout)[0].payload
+        return self._take(self._core.try_recv_payload, timeout, "recv")
 
     def _recv(self, timeout: float | None, max_items: int = 1, what: str = "recv"
               ) -> list[Received]:
         """Wait for a message, then take up to ``max_items`` already there (one credit
         hand-off for the lot)."""
+        try_recv = self._core.try_recv
+
+        def take() -> list[Received] | None:
+            got = try_recv()
+            if got is None:
+                return None
+            out = [got]
+            while len(out) < max_items and (got := try_recv()) is not None:
+                out.append(got)
+            return out
+
+        return self._take(take, timeout, what)
+
+    def _recv_runs(self, max_items: int, timeout: float | None
+                   ) -> list[tuple[tuple[str, str], bytes | None, list[bytes]]]:
+        """As :meth:`recv_many`, with each message's source and topic, by runs of one link's
+        messages: ``(source, topic, payloads)`` (for the Spark collector's spool)."""
+        core = self._core
+        return self._take(lambda: core.try_recv_runs(max_items) or None, timeout, "recv_many")
+
+    def _take(self, take: Callable[[], _T | None], timeout: float | None, what: str) -> _T:
+        """Under the node's lock: ``take()`` until it gives something (not None), waiting for
+        the network in between; then hand credits and the rest to the transport."""
         _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
@@ -538,11 +548,8 @@ class Socket:
             while True:
                 now = time.monotonic()
                 core.node.now = now
-                got = core.try_recv()
-                if got is not None:
-                    out = [got]
-                    while len(out) < max_items and (got := core.try_recv()) is not None:
-                        out.append(got)
+                out = take()
+                if out is not None:
                     self.node._after_call()
                     return out
                 self._check_open()

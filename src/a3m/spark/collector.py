@@ -200,34 +200,36 @@ def _serve(args: argparse.Namespace, spool: Spool, sock: Any, stopping: Any,
             keep(spool, rows)
 
 
-def _recv_many(sock: Any, n: int, timeout: float) -> list[Any]:
-    """Up to ``n`` messages with their sources, under one lock and one credit hand-off
-    (``Socket.recv_many`` returns payloads only; the spool needs each message's source)."""
-    got: list[Any] = sock._recv(timeout, n, "recv_many")
-    return got
-
-
 def _take(sock: Any, limit: int, window_s: float, a3m: Any) -> dict[str, Any]:
     """What the socket delivers within ``window_s`` (at most ``limit`` messages), as spool
-    columns; ``received_at`` is read once per hand-off from the socket."""
+    columns, taken in runs of one link's messages (one lock and one credit hand-off per
+    take); ``received_at`` is read once per take."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    got: list[Any] = []
+    nodes: list[str] = []
+    sockets: list[str] = []
+    topics: list[bytes | None] = []
+    payloads: list[bytes] = []
     stamps: list[int] = []
     deadline = time.monotonic() + window_s
-    while len(got) < limit:
+    while len(payloads) < limit:
         left = deadline - time.monotonic()
         try:
-            more = _recv_many(sock, limit - len(got),
-                              max(0.0, left) if got else window_s)
+            runs = sock._recv_runs(limit - len(payloads),
+                                   max(0.0, left) if payloads else window_s)
         except (a3m.Timeout, a3m.WouldBlock, a3m.Closed):
             break
-        got.extend(more)
-        stamps.extend([time.time_ns() // 1000] * len(more))
+        stamp = time.time_ns() // 1000
+        for (node, tag), topic, got in runs:
+            k = len(got)
+            nodes += [node] * k
+            sockets += [tag] * k
+            topics += [topic] * k
+            payloads += got
+            stamps += [stamp] * k
         if left <= 0:
             break
-    return {"node": [m.source[0] for m in got], "socket": [m.source[1] for m in got],
-            "topic": [m.topic for m in got], "payload": [m.payload for m in got],
+    return {"node": nodes, "socket": sockets, "topic": topics, "payload": payloads,
             "received_at": pa.array(stamps, pa.timestamp("us", tz="UTC"))}
 
 
