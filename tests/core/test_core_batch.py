@@ -195,3 +195,18 @@ def test_recv_runs_give_each_links_messages_with_their_source() -> None:
     assert pull.try_recv_runs(10) == [] and pull.try_recv_payload() is None
     with pytest.raises(UsageError):
         pushes[0].try_recv_payload()  # a PUSH cannot receive
+
+
+def test_batches_fit_what_the_transport_carries_unfragmented() -> None:
+    """On a path with a small MTU a BATCH fits one datagram: a lost datagram then holds back
+    one BATCH's messages, not 60 KB of them."""
+    p = Pipe("a", "b")
+    push, pull = linked(p)
+    p.nodes["a"].unfragmented = lambda node_id: 300 if node_id == "b" else None
+    payloads = [b"%05d" % i + b"." * 40 for i in range(100)]
+    assert push.try_send_many(payloads) == 100
+    out = p.nodes["a"].take_output()
+    assert len(out) > 10 and all(len(data) <= 300 for _, data in out)
+    for dst, data in out:
+        p.nodes[dst].receive("a", data, p.now)
+    assert pull.try_recv_many(200) == payloads

@@ -73,6 +73,10 @@ class NodeCore:
         #: The most payload bytes (plus 4 per message) a BATCH carries: several messages sent
         #: at once to one link travel as BATCHes of up to this size.
         self.batch_bytes = min(BATCH_BYTES, max(0, max_message_size - m.DATA_OVERHEAD_MAX))
+        #: The largest message the transport carries to a node unfragmented (None: unknown);
+        #: the runtime plugs in Exon's. A BATCH stays within it, so that on a path with a
+        #: small MTU a lost datagram holds back one BATCH's messages, not a 60 KB one's.
+        self.unfragmented: Callable[[str], int | None] = lambda node_id: None
         self.lost_messages = 0  # messages of unknown outcome reported by the transport
         #: Bytes the links' receive capacities may grow by, in all (docs/credits.md).
         self.credit_budget = CreditBudget(credit_budget_bytes)

@@ -295,8 +295,8 @@ class SocketCore:
 
     def _emit_runs(self, link: Link, seq: int, payloads: list[bytes]) -> None:
         """Emit DATA numbered from ``seq``: BATCHes of up to ``node.batch_bytes`` (payload
-        bytes plus 4 per message; a message larger than that alone), a lone message as
-        DATA."""
+        bytes plus 4 per message), and no larger than the transport carries unfragmented to
+        that node; a message larger than that alone, a lone message as DATA."""
         node = self.node
         head = self._head(link)
         dst = link.peer[0]
@@ -308,6 +308,9 @@ class SocketCore:
         # message would pass the limit.
         ends = list(accumulate(map((4).__add__, map(len, payloads))))
         limit = node.batch_bytes
+        whole = node.unfragmented(dst)
+        if whole is not None and whole - 20 - len(head) < limit:
+            limit = whole - 20 - len(head)  # (fixed header, sequence, count: 20 bytes)
         if ends[-1] <= limit:
             node.emit(dst, m.encode_batch_with_head(head, seq, payloads))
             return

@@ -35,6 +35,7 @@ class ExonBridge:
         #: Told of each handshake refused for its key (the runtime logs it).
         self.on_key_refused = on_key_refused
         core.rtt = proto.srtt
+        core.unfragmented = proto.max_unfragmented
         self.outbox: deque[tuple[str, bytes]] = deque()
         self.peers_unreachable = 0  # PeerUnreachable events handled (links ended)
         self.peers_reachable = 0

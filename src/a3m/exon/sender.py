@@ -77,7 +77,7 @@ class SenderPart(ProtocolState):
             if not dst or len(dst.encode("utf-8")) > wire.MAX_ID_BYTES:
                 raise UsageError(f"bad node id {dst!r}")
             rec = SendRecord(dst, self._clock.value, self._path(dst), now)
-            rec.max_single = self._limit(dst) - len(self._header(dst)) - wire.TOKEN_OVERHEAD
+            rec.max_single = self.max_unfragmented(dst)
             self._sr[dst] = rec
             self.stats.send_records_created += 1
         elif (len(rec.queue) + len(rec.tokens) >= self._peer_window(rec)
@@ -150,6 +150,11 @@ class SenderPart(ProtocolState):
         """The smoothed round trip to ``peer`` (None before any measure)."""
         path = self._paths.get(peer)
         return path.srtt if path is not None and path.sampled else None
+
+    def max_unfragmented(self, peer: str) -> int:
+        """The largest message to ``peer`` that travels as one token, in one datagram (a
+        larger one is split into fragments, each recovered on its own)."""
+        return self._limit(peer) - len(self._header(peer)) - wire.TOKEN_OVERHEAD
 
     def path_stats(self, peer: str) -> dict[str, float] | None:
         """RTT, probe timeout and congestion window of the path to ``peer`` (diagnostics)."""
