@@ -516,3 +516,33 @@ def test_a_ping_answered_after_unlinking_began_does_not_cut_the_delivery_goal() 
         p.nodes[dst].receive(src, data, p.now)
     p.run()
     assert drain(pull) == [b"0", b"1", b"2"]
+
+
+def test_on_link_lost_says_why_the_transport_lost_the_peer() -> None:
+    """The extension point a pattern counts lost members with (RADIO's members_lost)."""
+    from a3m.patterns.pipeline import Push
+
+    seen: list[tuple[tuple[str, str], bool]] = []
+
+    class Watching(Push):
+        def on_link_lost(self, link: Link, unknown_outcome: bool) -> None:
+            seen.append((link.peer, unknown_outcome))
+
+    p = Pipe("a", "b")
+    p.nodes["a"].register_type("WATCHING", Watching)
+    push = p.nodes["a"].create("WATCHING", "src")
+    p.nodes["b"].create("PULL", "sink")
+    push.link(B, p.now)
+    p.run()
+    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)
+    assert push.try_send(b"q")
+    p.run()
+    (_, _, data), = p.held
+    p.nodes["a"].message_lost("b", data, p.now)
+    assert seen == [(B, True)] and B in push.retry_at
+    p.hold = None
+    p.held = []
+    p.advance(10.0)  # linked again
+    assert push.is_linked(B)
+    p.nodes["a"].peer_lost("b", p.now)
+    assert seen == [(B, True), (B, False)]

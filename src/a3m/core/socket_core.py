@@ -128,6 +128,11 @@ class SocketCore:
     def on_link_removed(self, link: Link) -> None:
         """A link stopped being usable for sending (unlinking or closed)."""
 
+    def on_link_lost(self, link: Link, unknown_outcome: bool) -> None:
+        """The transport lost track of the link's peer and the link is about to end:
+        ``unknown_outcome`` when one of its messages may or may not have been delivered (the
+        peer's node crashed with it in flight), False when the peer stopped answering."""
+
     def link_metadata(self) -> Metadata:
         """Extra LINK metadata this pattern (or a user's condition) sends."""
         return {}
@@ -675,11 +680,13 @@ class SocketCore:
         (order, delivery goal) any more, so it ends now, as if the peer had aborted it."""
         link = self.links.get(peer)
         if link is not None and link.my_inc == my_inc:
+            self.on_link_lost(link, unknown_outcome=True)
             self._lose(link)
 
     def peer_lost(self, node_id: str) -> None:
         """The node ``node_id`` stopped answering: every link to it ends now."""
         for link in [lk for lk in self.links.values() if lk.peer[0] == node_id]:
+            self.on_link_lost(link, unknown_outcome=False)
             self._lose(link)
 
     def _lose(self, link: Link) -> None:

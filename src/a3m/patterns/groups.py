@@ -225,11 +225,9 @@ class Radio(SocketCore):
     def on_link_removed(self, link: Link) -> None:
         self._members = None
 
-    def link_lost(self, peer: Any, my_inc: int) -> None:
-        link = self.links.get(peer)
-        if link is not None and link.my_inc == my_inc and link.attrs.get("dish"):
+    def on_link_lost(self, link: Link, unknown_outcome: bool) -> None:
+        if unknown_outcome and link.attrs.get("dish"):
             self.stats["members_lost"] += 1
-        super().link_lost(peer, my_inc)
 
     def on_control(self, link: Link, mtype: int, payload: bytes) -> None:
         if not link.attrs.get("dish"):
