@@ -72,6 +72,7 @@ class ReceivedMessage:
 
 _T = TypeVar("_T")
 
+
 def _check_timeout(timeout: float | None) -> None:
     if timeout is not None and timeout < 0:
         raise UsageError("timeout must be >= 0 or None")
