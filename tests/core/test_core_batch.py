@@ -156,16 +156,22 @@ def test_batches_count_every_message_for_the_observer_and_the_delivery_goal() ->
     assert pull.try_recv_many(10) == [b"a", b"b", b"c"]
 
 
-def test_recv_many_is_fair_over_links() -> None:
-    p = Pipe("a", "c", "b")
+def two_senders(p: Pipe, each: int) -> tuple[Any, list[Any]]:
+    """A PULL on node b fed by PUSHes on nodes a and c, ``each`` messages from each (named by
+    their node and number), all arrived."""
     pull = p.nodes["b"].create("PULL", "sink")
     pushes = [p.nodes[n].create("PUSH", "src") for n in ("a", "c")]
     for push in pushes:
         push.link(B, p.now)
     p.run()
     for n, push in zip("ac", pushes, strict=True):
-        push.try_send_many([n.encode() + b"%d" % i for i in range(10)])
+        push.try_send_many([n.encode() + b"%d" % i for i in range(each)])
     p.run()
+    return pull, pushes
+
+
+def test_recv_many_is_fair_over_links() -> None:
+    pull, _ = two_senders(Pipe("a", "c", "b"), 10)
     got = pull.try_recv_many(4) + pull.try_recv_many(4)
     assert {g[:1] for g in got} == {b"a", b"c"}
     rest = pull.try_recv_many(100)
@@ -176,15 +182,7 @@ def test_recv_many_is_fair_over_links() -> None:
 
 
 def test_recv_runs_give_each_links_messages_with_their_source() -> None:
-    p = Pipe("a", "c", "b")
-    pull = p.nodes["b"].create("PULL", "sink")
-    pushes = [p.nodes[n].create("PUSH", "src") for n in ("a", "c")]
-    for push in pushes:
-        push.link(B, p.now)
-    p.run()
-    for n, push in zip("ac", pushes, strict=True):
-        push.try_send_many([n.encode() + b"%d" % i for i in range(5)])
-    p.run()
+    pull, pushes = two_senders(Pipe("a", "c", "b"), 5)
     runs = pull.try_recv_runs(7)
     assert sum(len(r[2]) for r in runs) == 7
     for source, topic, payloads in runs:

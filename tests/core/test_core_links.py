@@ -461,6 +461,17 @@ def test_a_restarted_peer_is_found_by_the_keepalive_and_linked_again() -> None:
     assert drain(new_pull) == [b"after"]
 
 
+def lose_one(p: Pipe, sock: SocketCore) -> bytes:
+    """``sock`` (on node a) sends a message that node b's crash leaves of unknown outcome:
+    held on the way, then reported lost by node a's transport. Returns its bytes."""
+    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)
+    assert sock.try_send(b"q")
+    p.run()
+    (_, _, data), = p.held
+    p.nodes["a"].message_lost("b", data, p.now)
+    return data
+
+
 def test_a_message_of_unknown_outcome_ends_its_link() -> None:
     """When the transport reports a message of unknown outcome (its node crashed), the link
     it belongs to ends; a REQ waiting for its reply gets LinkError, not a hang."""
@@ -471,11 +482,7 @@ def test_a_message_of_unknown_outcome_ends_its_link() -> None:
     p.nodes["b"].create("REP", "rep")
     req.link(("b", "rep"), p.now)
     p.run()
-    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)
-    assert req.try_send(b"q")
-    p.run()
-    (_, _, data), = p.held
-    p.nodes["a"].message_lost("b", data, p.now)
+    data = lose_one(p, req)
     with pytest.raises(LinkError, match="went away"):
         req.try_recv()
     assert not req.links and p.nodes["a"].lost_messages == 1
@@ -534,11 +541,7 @@ def test_on_link_lost_says_why_the_transport_lost_the_peer() -> None:
     p.nodes["b"].create("PULL", "sink")
     push.link(B, p.now)
     p.run()
-    p.hold = lambda src, dst, msg: msg.type in (m.DATA, m.BATCH)
-    assert push.try_send(b"q")
-    p.run()
-    (_, _, data), = p.held
-    p.nodes["a"].message_lost("b", data, p.now)
+    lose_one(p, push)
     assert seen == [(B, True)] and B in push.retry_at
     p.hold = None
     p.held = []

@@ -102,7 +102,6 @@ def test_batch_fast_encoder_and_split() -> None:
     data = m.encode_batch_with_head(head, 7, payloads)
     assert data == m.encode(m.Message(m.BATCH, "src", "sink", 1, 2, seq=7,
                                       payload=m.encode_batch_body(payloads)))
-    assert len(data) == m.batch_size(head, payloads)
     t, src, dst, src_inc, dst_inc, seq, body = m.decode_sequenced(data)
     assert (t, src, dst, src_inc, dst_inc, seq) == (m.BATCH, "src", "sink", 1, 2, 7)
     assert m.split_batch(body) == payloads

@@ -307,10 +307,11 @@ def test_wait_receipt_is_false_for_an_unknown_outcome(tmp_path: Any) -> None:
             b2.close(timeout=5)
 
 
-def test_a_send_right_after_another_waits_for_the_turn_within_cork_s() -> None:
-    """The first send of a burst leaves at once; one within ``cork_s`` of it is held for the
-    I/O thread's next turn (at most ``cork_s`` later), so a stream shares datagrams instead of
-    leaving one each (across processes: `a3m bench transport`, docs/performance.md)."""
+def test_the_first_send_after_a_quiet_spell_leaves_at_once() -> None:
+    """The first send of a burst leaves at once (a request's latency); the next one, within
+    ``cork_s``, waits for the I/O thread's turn. In one process the second was held before
+    the cork window too (the first send wakes the I/O thread, whose turn is then under way):
+    what needs the window is shown across processes, below."""
     with Endpoint("alpha", cork_s=0.01) as a, Endpoint("beta") as b:
         a.associate("beta", b.address)
         a.send("beta", b"warm-up", timeout=5)

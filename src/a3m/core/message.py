@@ -34,6 +34,8 @@ BATCH: Final = 0x08
 #: Types from 0x40 up belong to socket patterns (e.g. SUBSCRIBE); they are sequenced with DATA
 #: but do not use credits (a small separate allowance bounds them).
 PATTERN_MIN: Final = 0x40
+#: The types numbered in a link's sequence (DATA, BATCH and the patterns' control types).
+SEQUENCED: Final = frozenset({DATA, BATCH, *range(PATTERN_MIN, 256)})
 TYPE_NAMES: Final = {ERROR: "ERROR", DATA: "DATA", LINK: "LINK", LINKACK: "LINKACK",
                      UNLINK: "UNLINK", FLOW: "FLOW", PING: "PING",
               BATCH: "BATCH"}
@@ -112,7 +114,7 @@ def encode_meta(meta: Metadata) -> bytes:
 def encode(msg: Message) -> bytes:
     """Encode a socket-protocol message."""
     t = msg.type
-    if t in (DATA, BATCH) or t >= PATTERN_MIN:
+    if t in SEQUENCED:
         body = SEQ.pack(msg.seq) + msg.payload  # BATCH: payload from encode_batch_body
     elif t == LINK:
         body = encode_meta(msg.meta or {})
@@ -156,30 +158,29 @@ def encode_with_head(head: bytes, seq: int, payload: bytes, mtype: int = DATA) -
 def encode_batch_with_head(head: bytes, seq: int, payloads: list[bytes]) -> bytes:
     """A BATCH of ``payloads`` (sequence numbers ``seq`` on) from its link's :func:`data_head`:
     after the sequence number, count u32, ``count`` lengths u32, the payloads back to back."""
-    n = len(payloads)
-    lens = _lengths(payloads)
-    size = len(head) + 12 + 4 * n + sum(map(len, payloads))
-    parts = [_FIXED_PACK(VERSION, PROTO_SOCKET, BATCH, size), head, _SEQ_PACK(seq),
-             _U32_PACK(n), lens]
-    parts += payloads
-    return b"".join(parts)
-
-
-def _lengths(payloads: list[bytes]) -> bytes:
-    """The payloads' lengths as big-endian u32s."""
-    if _U32_ARRAY:
-        lens = array("I", map(len, payloads))
-        if _SWAP:
-            lens.byteswap()
-        return lens.tobytes()
-    return struct.pack(f">{len(payloads)}I", *map(len, payloads))
+    body = _batch_parts(payloads)
+    size = len(head) + 12 + 4 * len(payloads) + sum(map(len, payloads))
+    return b"".join([_FIXED_PACK(VERSION, PROTO_SOCKET, BATCH, size), head, _SEQ_PACK(seq),
+                     *body])
 
 
 def encode_batch_body(payloads: list[bytes]) -> bytes:
     """A BATCH body after its sequence number (as :func:`encode_batch_with_head` lays it)."""
-    parts = [_U32_PACK(len(payloads)), _lengths(payloads)]
+    return b"".join(_batch_parts(payloads))
+
+
+def _batch_parts(payloads: list[bytes]) -> list[bytes]:
+    """The pieces of a BATCH body: count, lengths (big-endian u32s), payloads."""
+    n = len(payloads)
+    if _U32_ARRAY:
+        lens = array("I", map(len, payloads))
+        if _SWAP:
+            lens.byteswap()
+        parts = [_U32_PACK(n), lens.tobytes()]
+    else:
+        parts = [_U32_PACK(n), struct.pack(f">{n}I", *map(len, payloads))]
     parts += payloads
-    return b"".join(parts)
+    return parts
 
 
 def split_batch(body: bytes) -> list[bytes]:
@@ -202,11 +203,6 @@ def split_batch(body: bytes) -> list[bytes]:
         append(body[off:end])
         off = end
     return out
-
-
-def batch_size(head: bytes, payloads: list[bytes]) -> int:
-    """The encoded size of :func:`encode_batch_with_head` for these payloads."""
-    return FIXED.size + len(head) + SEQ.size + 4 + 4 * len(payloads) + sum(map(len, payloads))
 
 
 #: Bytes a DATA message adds to its payload at most: the fixed header, two tags of the longest
@@ -234,8 +230,8 @@ def decode_sequenced(data: bytes) -> tuple[int, str, str, int, int, int, bytes]:
     :class:`ProtocolViolation` like :func:`decode`."""
     try:
         version, proto, t, remaining = FIXED.unpack_from(data, 0)
-        if version != VERSION or proto != PROTO_SOCKET or remaining != len(data) - 8 or not (
-                t in (DATA, BATCH) or t >= PATTERN_MIN):
+        if (version != VERSION or proto != PROTO_SOCKET or remaining != len(data) - 8
+                or t not in SEQUENCED):
             raise _bad("not a well-formed sequenced message")
         ls = data[8]
         end_src = 9 + ls
@@ -330,7 +326,7 @@ def decode(data: bytes) -> Message:
         src_inc, dst_inc = INCS.unpack_from(data, off)
         off += INCS.size
         msg = Message(t, src, dst, src_inc, dst_inc)
-        if t in (DATA, BATCH) or t >= PATTERN_MIN:
+        if t in SEQUENCED:
             (msg.seq,) = SEQ.unpack_from(data, off)
             msg.payload = data[off + 8:]
             if msg.seq == 0:

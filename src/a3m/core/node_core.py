@@ -34,8 +34,8 @@ class DeliveryObserver(Protocol):
                      size: int) -> None: ...
 
 
-#: Default :attr:`NodeCore.batch_bytes`: a BATCH fits one loopback datagram (64 KiB) and is
-#: split by Exon on a path with a smaller MTU, fragment by fragment recovered.
+#: Default :attr:`NodeCore.batch_bytes`: a BATCH fits one loopback datagram (64 KiB); on a
+#: path with a smaller MTU :attr:`NodeCore.unfragmented` keeps it to one datagram there.
 BATCH_BYTES = 60000
 
 
@@ -191,8 +191,7 @@ class NodeCore:
             self._draining = False
 
     def _dispatch(self, src_node: str, data: bytes) -> None:
-        if len(data) > 8 and (data[3] == m.DATA or data[3] == m.BATCH
-                              or data[3] >= m.PATTERN_MIN):
+        if len(data) > 8 and data[3] in m.SEQUENCED:
             try:
                 t, src_tag, dst_tag, src_inc, dst_inc, seq, payload = m.decode_sequenced(data)
             except ProtocolViolation as exc:

@@ -12,7 +12,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
-from itertools import accumulate
+from itertools import accumulate, chain
 from random import Random
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -252,7 +252,7 @@ class SocketCore:
             if obs is not None:
                 obs.on_sent(self.tag, link.peer, link.my_inc, seq, len(payload))
             if link.batches and link.peer[0] != node.node_id:
-                pending = link.pending
+                pending = link.pending  # (as _hold does, inline: once per message)
                 if not pending:
                     link.pending_seq = seq
                     node.cork(self, link)
@@ -282,13 +282,17 @@ class SocketCore:
             for i, payload in enumerate(payloads):
                 obs.on_sent(self.tag, link.peer, link.my_inc, seq + i, len(payload))
         if link.peer[0] != node.node_id:
-            pending = link.pending
-            if not pending:
-                link.pending_seq = seq
-                node.cork(self, link)
-            pending += payloads
+            self._hold(link, seq, payloads)
         else:
             self._emit_runs(link, seq, payloads)
+
+    def _hold(self, link: Link, seq: int, payloads: list[bytes]) -> None:
+        """DATA numbered from ``seq`` waits on ``link`` for the node's next output."""
+        pending = link.pending
+        if not pending:
+            link.pending_seq = seq
+            self.node.cork(self, link)
+        pending += payloads
 
     def flush_link(self, link: Link) -> None:
         """Hand the DATA waiting on ``link`` to the node's output (the node does it for every
@@ -314,8 +318,8 @@ class SocketCore:
         ends = list(accumulate(map((4).__add__, map(len, payloads))))
         limit = node.batch_bytes
         whole = node.unfragmented(dst)
-        if whole is not None and whole - 20 - len(head) < limit:
-            limit = whole - 20 - len(head)  # (fixed header, sequence, count: 20 bytes)
+        if whole is not None:  # (less the fixed header, sequence and count: 20 bytes)
+            limit = min(limit, whole - 20 - len(head))
         if ends[-1] <= limit:
             node.emit(dst, m.encode_batch_with_head(head, seq, payloads))
             return
@@ -371,12 +375,7 @@ class SocketCore:
         in turn gives what it has), with their credits returned once per link: the bulk
         form of :meth:`next_from_links`."""
         runs = self.take_runs(max_items)
-        if len(runs) == 1:
-            return runs[0][1]
-        out: list[bytes] = []
-        for _, payloads in runs:
-            out += payloads
-        return out
+        return runs[0][1] if len(runs) == 1 else list(chain.from_iterable(r[1] for r in runs))
 
     def take_runs(self, max_items: int) -> list[tuple[PeerId, list[bytes]]]:
         """As :meth:`take_from_links`, by link: ``(peer, payloads)`` runs."""
@@ -491,7 +490,7 @@ class SocketCore:
             ring = self._ring if self._ring is not None else self.link_ring()
             if len(ring) == 1:
                 link = ring[0]
-                if link.state is not State.ESTABLISHED or link.send.edge <= link.send.sent:
+                if not link.can_send:
                     return False
                 self.send_on(link, payload)
                 return True
@@ -514,36 +513,13 @@ class SocketCore:
         if self.orphans or not self._batch_recv or not self.receives:
             got = self.try_recv()
             return None if got is None else got.payload
-        ring = self._ring if self._ring is not None else self.link_ring()
-        if len(ring) == 1:
-            link = ring[0]
-            if not link.inq:
-                return None
-            payload = link.inq.popleft()
-            self.delivered_from(link)
-            return payload
         taken = self.next_from_links()
         return None if taken is None else taken[1]
 
     def try_recv_many(self, max_items: int) -> list[bytes]:
         """Up to ``max_items`` payloads, in the order :meth:`try_recv` would give them."""
-        if not self.receives:
-            raise UsageError(f"a {self.kind} socket cannot receive")
-        out: list[bytes] = []
-        orphans = self.orphans
-        while orphans and len(out) < max_items:
-            got = self.orphan(orphans.popleft())
-            if got is not None:
-                self.stats["delivered"] += 1
-                out.append(got.payload)
-        if len(out) < max_items:
-            if self._batch_recv:
-                out += self.take_from_links(max_items - len(out))
-            else:
-                choose = self.choose_recv
-                while len(out) < max_items and (got := choose()) is not None:
-                    out.append(got.payload)
-        return out
+        runs = self.try_recv_runs(max_items)
+        return runs[0][2] if len(runs) == 1 else list(chain.from_iterable(r[2] for r in runs))
 
     def try_recv_runs(self, max_items: int) -> list[tuple[PeerId, bytes | None, list[bytes]]]:
         """Up to ``max_items`` messages as :meth:`try_recv_many` takes them, in runs of one
@@ -712,7 +688,7 @@ class SocketCore:
             self._on_error(peer, link, msg, now)
             return
         if link is None or msg.dst_inc != link.my_inc:
-            if t == m.DATA or t == m.BATCH or t >= m.PATTERN_MIN or t == m.PING:
+            if t in m.SEQUENCED or t == m.PING:
                 # Seed 000: "socket not linked" (never in answer to an ERROR).
                 self._emit(peer, Message(m.ERROR, self.tag, peer[1], 0, msg.src_inc,
                                          code=m.ERR_SOCKET_NOT_LINKED, about=t))
@@ -720,7 +696,7 @@ class SocketCore:
         if link.state is State.LINKING and t != m.LINKACK and not self._implicit_accept(link, msg):
             return
         link.last_active = now
-        if t == m.DATA or t == m.BATCH or t >= m.PATTERN_MIN:
+        if t in m.SEQUENCED:
             self._on_sequenced(link, t, msg.seq, msg.payload)
         elif t == m.FLOW:
             link.send.on_flow(msg.flow_seq, msg.edge)
@@ -969,7 +945,7 @@ class SocketCore:
                 t, p = reorder.pop(s)
                 span = len(p) if t == m.BATCH else 1
                 if span > 1 and reorder and self._overlaps(link, s, span):
-                    return
+                    break  # (the link is closed; a hook's error above is still raised)
                 link.expected_seq = s + span
                 try:
                     self._process(link, t, p, s)

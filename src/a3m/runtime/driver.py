@@ -314,7 +314,9 @@ class Driver:
         if not self._sleeping or not self.proto.has_output():
             return  # a turn is under way (it sends), or nothing to send: no new deadline
         self._send_now()
-        self.reschedule()
+        deadline = self._deadline()
+        if deadline is not None:
+            self.wake_by(deadline)
 
     def wake_by(self, t: float) -> None:
         """Under the lock: make sure a turn happens by ``t`` (wakes the I/O thread, or the
@@ -326,19 +328,6 @@ class Driver:
             until = self._lead_until
         if t < until:
             self.wake()
-
-    def reschedule(self) -> None:
-        """Under the lock: wake the sleeping I/O thread if a deadline (the protocol's or the
-        layer above's) now comes before the end of its sleep."""
-        if not self._sleeping:
-            return
-        deadline = self._deadline()
-        if deadline is not None:
-            until = self._io_until
-            if self._leader is not None and self._lead_until < until:
-                until = self._lead_until
-            if deadline < until:
-                self.wake()
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; peers learn it from our next datagrams."""

@@ -25,6 +25,7 @@ from a3m.exon.events import (
 from a3m.exon.protocol import ExonProtocol
 from a3m.exon.secure import format_public_key
 from a3m.runtime.clock_store import FileClockStore, WallClockStore
+from a3m.runtime.cork import Cork
 from a3m.runtime.discovery_file import FileDiscovery
 from a3m.runtime.driver import Driver
 from a3m.runtime.identity import node_key, warn_key_refused
@@ -103,9 +104,7 @@ class Endpoint:
         self._not_delivered: deque[tuple[str, bytes, int | None]] = deque(maxlen=65536)
         self._closed = False
         self._warn_key = warn_key_refused(self.id)
-        self._cork_s = config.cork_s
-        self._sent_at = float("-inf")  # the last send (see send)
-        self._cork_until = 0.0
+        self._cork = Cork(config.cork_s)
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}",
                               busy_poll_s=config.busy_poll_s, upper_timer=self._cork_deadline)
 
@@ -169,21 +168,16 @@ class Endpoint:
                     drv.wake()
                     drv.wait(left)
                     continue
-                # As Node does: a send within cork_s of the previous one (a stream) leaves
-                # with the next turn, at most cork_s later, packed with what else came;
-                # a send after a quiet spell leaves at once.
-                last, self._sent_at = self._sent_at, now
-                if now - last >= self._cork_s:
-                    drv.flush()
+                cork = self._cork  # (a stream waits for the turn: see runtime/cork.py)
+                if cork.follows(now):
+                    drv.wake_by(cork.due(now))
                 else:
-                    if self._cork_until <= now:
-                        self._cork_until = now + self._cork_s
-                    drv.wake_by(self._cork_until)
+                    drv.flush()
                 return rid
 
     def _cork_deadline(self) -> float | None:
         """The end of the cork window while the protocol holds output (see :meth:`send`)."""
-        return self._cork_until if self._proto.has_output() else None
+        return self._cork.until if self._proto.has_output() else None
 
     def recv(self, timeout: float | None = None) -> tuple[str, bytes]:
         """The next delivered ``(node_id, payload)``; blocks up to ``timeout`` seconds."""

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from a3m.core.link import REASONS
 from a3m.core.node_core import NodeCore
-from a3m.core.socket_core import Received, SocketCore
+from a3m.core.socket_core import SocketCore
 from a3m.core.transport import ExonBridge
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.exon.config import ExonConfig
 from a3m.exon.protocol import ExonProtocol
 from a3m.exon.secure import format_public_key
 from a3m.patterns import BUILTIN, GroupDirectory
+from a3m.runtime.cork import Cork
 from a3m.runtime.driver import Driver
 from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
 from a3m.runtime.identity import node_key, warn_key_refused
@@ -143,9 +144,7 @@ class Node:
         self._sockets: dict[str, Socket] = {}
         self._listeners: list[Callable[[], None]] = []
         self._closed = False
-        self._cork_s = config.cork_s
-        self._sent_at = float("-inf")  # the last send (see _after_send)
-        self._cork_until = 0.0
+        self._cork = Cork(config.cork_s)
         self._driver = Driver(self._proto, bind, self._bridge.on_events,
                               name=f"a3m-node-{self.id}",
                               upper_timer=self._upper_deadline, on_turn=self._on_turn,
@@ -318,7 +317,7 @@ class Node:
         the cork window (see :meth:`_after_send`; past: at once)."""
         t = self._core.next_timer()
         if self._bridge.has_output():
-            due = self._cork_until
+            due = self._cork.until
             if t is None or due < t:
                 return due
         return t
@@ -340,23 +339,22 @@ class Node:
         if self._bridge.has_output() and not self._driver.turn_under_way:
             self._bridge.pump(time.monotonic())
             self._driver.flush()
-        self._driver.notify_all()
-        for fn in self._listeners:
-            fn()
+        self._notify()
 
     def _after_send(self, now: float) -> None:
-        """:meth:`_after_call` for a send at ``now``: a send within ``cork_s`` of the previous
-        one (a stream) leaves with the next turn instead, at most ``cork_s`` later, together
-        with what else is sent meanwhile (as BATCHes); a send after a quiet spell (a request,
-        a reply) leaves at once."""
-        last, self._sent_at = self._sent_at, now
-        if now - last >= self._cork_s:
+        """:meth:`_after_call` for a send at ``now``: within the cork window of the previous
+        send (:class:`~a3m.runtime.cork.Cork`) the output waits for the I/O thread's turn, by
+        the window's end, and leaves with what else comes meanwhile, as BATCHes."""
+        cork = self._cork
+        if not cork.follows(now):
             self._after_call()
             return
         if self._bridge.has_output() and not self._driver.turn_under_way:
-            if self._cork_until <= now:
-                self._cork_until = now + self._cork_s
-            self._driver.wake_by(self._cork_until)  # the I/O thread turns by its end
+            self._driver.wake_by(cork.due(now))
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake the calls blocked on this node, and the listeners (asyncio, Poller)."""
         self._driver.notify_all()
         for fn in self._listeners:
             fn()
@@ -505,7 +503,7 @@ class Socket:
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
-        got = self._recv(timeout)[0]
+        got = self._take(self._core.try_recv, timeout, "recv")
         attrs = got.attrs
         return ReceivedMessage(got.payload, SocketId(*got.source), got.topic,
                                None if attrs is None else attrs.get("group"))
@@ -513,23 +511,6 @@ class Socket:
     def recv(self, timeout: float | None = None) -> bytes:
         """The next message's payload."""
         return self._take(self._core.try_recv_payload, timeout, "recv")
-
-    def _recv(self, timeout: float | None, max_items: int = 1, what: str = "recv"
-              ) -> list[Received]:
-        """Wait for a message, then take up to ``max_items`` already there (one credit
-        hand-off for the lot)."""
-        try_recv = self._core.try_recv
-
-        def take() -> list[Received] | None:
-            got = try_recv()
-            if got is None:
-                return None
-            out = [got]
-            while len(out) < max_items and (got := try_recv()) is not None:
-                out.append(got)
-            return out
-
-        return self._take(take, timeout, what)
 
     def _recv_runs(self, max_items: int, timeout: float | None
                    ) -> list[tuple[tuple[str, str], bytes | None, list[bytes]]]:
