@@ -117,6 +117,11 @@ class SocketCore:
                             and cls.choose_send_link is SocketCore.choose_send_link)
         self._batch_recv = cls.choose_recv is SocketCore.choose_recv
         self._default_on_data = cls.on_data is SocketCore.on_data
+        #: The default receive hooks are in force: a message carries nothing for the
+        #: application but its payload and source (no topic, no group), so the runtime may
+        #: take several ahead of the calls that will return them.
+        self.plain_recv = (self.receives and self._batch_recv
+                           and cls.orphan is SocketCore.orphan)
         for name, value in options.items():
             self.set_option(name, value)
 
@@ -568,6 +573,15 @@ class SocketCore:
     @property
     def writable(self) -> bool:
         return self.sends and not self.closed and self.pattern_can_send()
+
+    def send_room(self) -> int:
+        """How many messages sends would take now without waiting: the credits of the
+        established links where the default send hooks share messages out; 0 where a
+        pattern has its own (they decide per message), and once closed."""
+        if not self._batch_send or self.closed or not self.sends:
+            return 0
+        ring = self._ring if self._ring is not None else self.link_ring()
+        return sum(lk.send.edge - lk.send.sent for lk in ring if lk.can_send)
 
     def link_state(self, peer: PeerId) -> State | None:
         link = self.links.get(peer)

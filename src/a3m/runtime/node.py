@@ -11,12 +11,16 @@ that the credits bound.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
+from itertools import repeat
 from random import Random
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from a3m.core import message as m
 from a3m.core.link import REASONS
 from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import SocketCore
@@ -38,6 +42,11 @@ POLLIN = 1
 POLLOUT = 2
 
 _EXON_FIELDS = {f.name for f in fields(ExonConfig)}
+
+#: Most sends a socket's buffer takes between two turns of the I/O thread.
+SEND_BUFFER = 1024
+#: Most messages a receive takes ahead into the socket's inbox (see :meth:`Socket.recv`).
+PREFETCH = 256
 
 
 class SocketId(NamedTuple):
@@ -145,11 +154,17 @@ class Node:
         self._listeners: list[Callable[[], None]] = []
         self._closed = False
         self._cork = Cork(config.cork_s)
+        #: Sockets whose send buffer is open (see :meth:`Socket.send`): the I/O thread's
+        #: turn hands what they buffered to the core, by the end of the cork window.
+        self._buffering: set[Socket] = set()
+        #: Sockets whose buffer holds sends no link can take now (a link went away): retried
+        #: on every turn (credits and links come with events).
+        self._stalled: set[Socket] = set()
         self._driver = Driver(self._proto, bind, self._bridge.on_events,
                               name=f"a3m-node-{self.id}",
                               upper_timer=self._upper_deadline, on_turn=self._on_turn,
                               busy_poll_s=config.busy_poll_s,
-                              upper_output=self._bridge.has_output)
+                              upper_output=self._upper_output)
 
     # ------------------------------------------------------------------ API
 
@@ -217,7 +232,10 @@ class Node:
         deadline = _deadline(timeout)
         drv = self._driver
         with drv.lock:
-            while self._bridge.outbox or self._proto.in_flight() > 0:
+            while (self._buffering or self._stalled or self._bridge.outbox
+                   or self._proto.in_flight() > 0):
+                if self._buffering or self._stalled:
+                    self._take_buffers(time.monotonic())
                 self._check_open()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -316,11 +334,14 @@ class Node:
         """When the core needs a turn: its next timer, or while it holds output, the end of
         the cork window (see :meth:`_after_send`; past: at once)."""
         t = self._core.next_timer()
-        if self._bridge.has_output():
+        if self._buffering or self._bridge.has_output():
             due = self._cork.until
             if t is None or due < t:
                 return due
         return t
+
+    def _upper_output(self) -> bool:
+        return bool(self._buffering or self._stalled) or self._bridge.has_output()
 
     def _on_turn(self, now: float) -> None:
         if self._core.nodes_watched:
@@ -329,6 +350,8 @@ class Node:
         if t is not None and t <= now:
             self._core.handle_timer(now)
             self._driver.notify_all()
+        if self._buffering or self._stalled:
+            self._take_buffers(now)
         self._bridge.pump(now)
         for fn in self._listeners:
             fn()
@@ -341,17 +364,42 @@ class Node:
             self._driver.flush()
         self._notify()
 
-    def _after_send(self, now: float) -> None:
+    def _after_send(self, now: float, sock: Socket | None = None) -> None:
         """:meth:`_after_call` for a send at ``now``: within the cork window of the previous
         send (:class:`~a3m.runtime.cork.Cork`) the output waits for the I/O thread's turn, by
-        the window's end, and leaves with what else comes meanwhile, as BATCHes."""
+        the window's end, and leaves with what else comes meanwhile, as BATCHes. There, a
+        stream's socket (``sock``) also opens its send buffer (:meth:`Socket.send`)."""
         cork = self._cork
         if not cork.follows(now):
             self._after_call()
             return
+        if sock is not None and sock._room == 0 and sock not in self._stalled:
+            sock._open_buffer(cork.due(now))
         if self._bridge.has_output() and not self._driver.turn_under_way:
             self._driver.wake_by(cork.due(now))
         self._notify()
+
+    def _take_buffers(self, now: float) -> None:
+        """Under the lock (the I/O thread's turn, or a leader leaving): hand what the
+        sockets buffered to the core. A buffer that gave something opens again for the next
+        window, as far as the credits go; one that gave nothing stays open until its window
+        ends, then closes (the next send takes the lock again)."""
+        moved = False
+        for sock in list(self._stalled):
+            moved = sock._drain(now) or moved
+        cork = self._cork
+        for sock in list(self._buffering):
+            if sock._drain(now):
+                moved = True
+                room = sock._core.send_room()
+                if room > 0 and sock not in self._stalled:
+                    sock._open_buffer(cork.due(now), room)
+                    continue
+            elif now < cork.until:
+                continue
+            sock._close_buffer()
+        if moved:
+            self._notify()  # local links: the receiving socket is on this node
 
     def _notify(self) -> None:
         """Wake the calls blocked on this node, and the listeners (asyncio, Poller)."""
@@ -360,7 +408,10 @@ class Node:
             fn()
 
     def _forget_socket(self, tag: str) -> None:
-        self._sockets.pop(tag, None)
+        sock = self._sockets.pop(tag, None)
+        if sock is not None:
+            self._buffering.discard(sock)
+            self._stalled.discard(sock)
         self._core.remove(tag)
 
 
@@ -373,6 +424,17 @@ class Socket:
         self.id = SocketId(node.id, core.tag)
         self.kind = core.kind
         self._closed = False
+        #: The send buffer (see :meth:`send`): sends that wait for the I/O thread's turn
+        #: without having taken the node's lock, under their own small lock.
+        self._slock = threading.Lock()
+        self._sbuf: list[bytes] = []
+        #: How many more sends the buffer takes: credits set aside for them when it opened
+        #: (0: closed, every send takes the node's lock).
+        self._room = 0
+        self._fast_size = node._core.max_message_size - m.DATA_OVERHEAD_MAX
+        #: Messages taken ahead from the core with their source (see :meth:`recv`).
+        self._inbox: deque[tuple[bytes, tuple[str, str]]] = deque()
+        self._prefetch = core.plain_recv
 
     # ------------------------------------------------------------------ links
 
@@ -425,9 +487,22 @@ class Socket:
     def send(self, data: bytes, timeout: float | None = None, **kw: Any) -> None:
         """Send a message; blocks while no link can take it (no link, no credits).
 
-        ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`)."""
+        ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`).
+
+        In a stream (a send within ``cork_s`` of the previous one) on a socket with the
+        default send hooks (PUSH, PAIR, DEALER...), sends wait in the socket's buffer for
+        the I/O thread's next turn, at most ``cork_s`` later, without taking the node's
+        lock: as many as the links' credits took when the buffer opened, so a send still
+        returns only once a link holds a credit for it, and they leave in order."""
         if type(data) is not bytes:
             data = _as_bytes(data)
+        if self._room and not kw and len(data) <= self._fast_size and (
+                timeout is None or timeout >= 0):
+            with self._slock:
+                if self._room > 0:
+                    self._room -= 1
+                    self._sbuf.append(data)
+                    return
         _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
@@ -437,8 +512,10 @@ class Socket:
                 self._check_open()
                 now = time.monotonic()
                 core.node.now = now
-                if core.try_send(data, **kw):
-                    self.node._after_send(now)
+                if self._sbuf:
+                    self._drain(now)  # what was buffered goes first
+                if not self._sbuf and core.try_send(data, **kw):
+                    self.node._after_send(now, self)
                     return
                 why = self._why_blocked()
                 deadline, left = _time_left(
@@ -471,10 +548,13 @@ class Socket:
                 self._check_open()
                 now = time.monotonic()
                 core.node.now = now
-                went = core.try_send_many(items[sent:] if sent else items, **kw)
+                if self._sbuf:
+                    self._drain(now)  # what was buffered goes first
+                went = 0 if self._sbuf else core.try_send_many(items[sent:] if sent else items,
+                                                              **kw)
                 if went:
                     sent += went
-                    self.node._after_send(now)
+                    self.node._after_send(now, self)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
                     why = self._why_blocked()
@@ -498,24 +578,81 @@ class Socket:
         hand-off for the lot. Raises as :meth:`recv` when nothing came in time."""
         if not isinstance(max_items, int) or max_items < 1:
             raise UsageError("recv_many needs max_items >= 1")
+        if self._inbox:
+            taken = self._from_inbox(max_items)
+            if taken:
+                return [payload for payload, _ in taken]
         core = self._core
         return self._take(lambda: core.try_recv_many(max_items) or None, timeout, "recv_many")
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
+        if self._prefetch:
+            inbox = self._inbox
+            try:
+                payload, source = inbox.popleft() if inbox else self._take(
+                    self._take_ahead, timeout, "recv")
+            except IndexError:  # another thread took the last one meanwhile
+                payload, source = self._take(self._take_ahead, timeout, "recv")
+            return ReceivedMessage(payload, SocketId(*source))
         got = self._take(self._core.try_recv, timeout, "recv")
         attrs = got.attrs
         return ReceivedMessage(got.payload, SocketId(*got.source), got.topic,
                                None if attrs is None else attrs.get("group"))
 
     def recv(self, timeout: float | None = None) -> bytes:
-        """The next message's payload."""
+        """The next message's payload.
+
+        Where the default receive hooks are in force (PULL, PAIR, DEALER...), a receive
+        that takes the node's lock also takes up to :data:`PREFETCH` messages already there
+        into the socket's inbox, in order; the next receives take them from there without
+        the lock. Their credits go back to the senders when they are taken."""
+        inbox = self._inbox
+        if inbox:
+            try:
+                return inbox.popleft()[0]
+            except IndexError:  # another thread took the last one meanwhile
+                pass
+        if self._prefetch:
+            return self._take(self._take_ahead, timeout, "recv")[0]
         return self._take(self._core.try_recv_payload, timeout, "recv")
+
+    def _take_ahead(self) -> tuple[bytes, tuple[str, str]] | None:
+        """Under the node's lock: the next message with its source, and what else is there
+        (up to :data:`PREFETCH` in all) into the inbox behind what it holds already."""
+        inbox = self._inbox
+        if not inbox:
+            for peer, _, payloads in self._core.try_recv_runs(PREFETCH):
+                inbox.extend(zip(payloads, repeat(peer)))
+        try:
+            return inbox.popleft()
+        except IndexError:
+            return None
+
+    def _from_inbox(self, max_items: int) -> list[tuple[bytes, tuple[str, str]]]:
+        """Up to ``max_items`` messages from the inbox, in order (threads may share it)."""
+        inbox = self._inbox
+        out = []
+        try:
+            for _ in range(max_items):
+                out.append(inbox.popleft())
+        except IndexError:
+            pass
+        return out
 
     def _recv_runs(self, max_items: int, timeout: float | None
                    ) -> list[tuple[tuple[str, str], bytes | None, list[bytes]]]:
         """As :meth:`recv_many`, with each message's source and topic, by runs of one link's
         messages: ``(source, topic, payloads)`` (for the Spark collector's spool)."""
+        if self._inbox:
+            runs: list[tuple[tuple[str, str], bytes | None, list[bytes]]] = []
+            for payload, source in self._from_inbox(max_items):
+                if runs and runs[-1][0] == source:
+                    runs[-1][2].append(payload)
+                else:
+                    runs.append((source, None, [payload]))
+            if runs:
+                return runs
         core = self._core
         return self._take(lambda: core.try_recv_runs(max_items) or None, timeout, "recv_many")
 
@@ -573,6 +710,54 @@ class Socket:
                     return [SocketId(*peer) for peer in got]
                 drv.wait(0.05 if left is None else min(left, 0.05))
 
+    def _open_buffer(self, due: float, room: int | None = None) -> None:
+        """Under the node's lock: let the next sends wait in the buffer, as many as the
+        links' credits take now (``room``, at most :data:`SEND_BUFFER`), for a turn by
+        ``due``."""
+        if room is None:
+            room = self._core.send_room()
+        room = min(room, SEND_BUFFER) - len(self._sbuf)
+        if room <= 0:
+            return
+        with self._slock:
+            self._room = room
+        node = self.node
+        node._buffering.add(self)
+        node._driver.wake_by(due)
+
+    def _close_buffer(self) -> None:
+        """Under the node's lock: every send takes the node's lock again (once what the
+        buffer holds has gone: a send may have come since it was last drained)."""
+        with self._slock:
+            self._room = 0
+            if self._sbuf:
+                return
+        self.node._buffering.discard(self)
+
+    def _drain(self, now: float) -> bool:
+        """Under the node's lock: hand the buffered sends to the core, in order (True when
+        some went), and stop the buffer taking more until it is opened again. What no link
+        can take now (one went away) stays first in line, retried on every turn."""
+        with self._slock:
+            items = self._sbuf
+            if items:
+                self._sbuf = []
+                self._room = 0
+        node = self.node
+        if not items:
+            node._stalled.discard(self)
+            return False
+        core = self._core
+        core.node.now = now
+        went = core.try_send_many(items)
+        if went < len(items):
+            with self._slock:
+                self._sbuf[:0] = items[went:]
+            node._stalled.add(self)
+        else:
+            node._stalled.discard(self)
+        return went > 0
+
     def _why_blocked(self) -> str:
         why = self._core.blocked_reason()
         return f" ({why})" if why else ""
@@ -588,6 +773,8 @@ class Socket:
 
     @property
     def readable(self) -> bool:
+        if self._inbox:
+            return True
         with self.node._driver.lock:
             return self._core.readable
 
@@ -617,6 +804,18 @@ class Socket:
         drv = self.node._driver
         clean = True
         with drv.lock:
+            self._close_buffer()
+            while self._sbuf and drv.running:  # what was buffered goes before the unlink
+                self._drain(time.monotonic())
+                left = None if deadline is None else deadline - time.monotonic()
+                if not self._sbuf or (left is not None and left <= 0):
+                    break
+                drv.wait(0.05 if left is None else min(left, 0.05))
+            if self._sbuf:  # no link took them in time: they were not sent
+                clean = False
+                with self._slock:
+                    self._sbuf = []
+                self.node._stalled.discard(self)
             self._core.close(time.monotonic())
             self.node._after_call()
             while not self._core.is_drained and drv.running:
@@ -693,7 +892,7 @@ class Poller:
     def _ready_one(self, sock: Socket) -> list[tuple[Socket, int]]:
         wanted = self._sockets[sock]
         ev = 0
-        if wanted & POLLIN and sock._core.readable:
+        if wanted & POLLIN and (sock._inbox or sock._core.readable):
             ev |= POLLIN
         if wanted & POLLOUT and sock._core.writable:
             ev |= POLLOUT

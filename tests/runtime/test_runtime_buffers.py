@@ -1,0 +1,264 @@
+"""The socket's own buffers: in a stream, sends wait in the socket's send buffer for the I/O
+thread's turn without taking the node's lock, never more than the links' credits took; and a
+receive takes what else is there into the socket's inbox, so the next receives need no lock.
+Every form of send and receive keeps exactly-once and order across them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import a3m
+
+WINDOW = 0.01  # the longest cork window: the buffer stays open 10 ms after a send
+
+
+def pair(capacity: int = 256, **options: object
+         ) -> tuple[a3m.Node, a3m.Node, a3m.Socket, a3m.Socket]:
+    a = a3m.Node("buf-a", cork_s=WINDOW, **options)  # type: ignore[arg-type]
+    b = a3m.Node("buf-b")
+    a.associate(b.id, b.address)
+    pull = b.socket(a3m.PULL, "in", capacity=capacity, capacity_max=0)
+    push = a.socket(a3m.PUSH, "out")
+    push.link((b.id, "in"))
+    assert push.wait_linked(timeout=5)
+    return a, b, push, pull
+
+
+def recv_all(pull: a3m.Socket, n: int) -> list[bytes]:
+    got: list[bytes] = []
+    while len(got) < n:
+        got += pull.recv_many(n - len(got), timeout=10)
+    return got
+
+
+def hold_open_buffer(node: a3m.Node, push: a3m.Socket) -> int:
+    """Two sends in a row open the send buffer; return holding the node's lock while it is
+    open (the caller releases it), with how many messages that took."""
+    lock = node._driver.lock
+    for attempt in range(50):
+        push.send(b"first%d" % attempt, timeout=5)
+        push.send(b"second%d" % attempt, timeout=5)
+        lock.acquire()
+        if push._room > 0:
+            return 2 * (attempt + 1)
+        lock.release()
+        time.sleep(WINDOW * 2)
+    pytest.fail("the send buffer never opened")
+
+
+def in_thread(fn: object) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)  # type: ignore[arg-type]
+    t.start()
+    return t
+
+
+def test_a_stream_of_sends_waits_in_the_buffer_without_the_node_lock() -> None:
+    a, b, push, pull = pair()
+    try:
+        openers = hold_open_buffer(a, push)
+        try:
+            sent: list[bytes] = []
+            room = push._room
+
+            def stream() -> None:  # blocks for ever on the node's lock without the buffer
+                for i in range(min(100, room)):
+                    push.send(b"m%d" % i, timeout=0)
+                    sent.append(b"m%d" % i)
+
+            t = in_thread(stream)
+            t.join(5)
+            assert not t.is_alive() and len(sent) == min(100, room)
+        finally:
+            a._driver.lock.release()
+        got = recv_all(pull, openers + len(sent))
+        after_openers = [m for m in got if m.startswith(b"m")]
+        assert after_openers == sent
+        with pytest.raises(a3m.Timeout):
+            pull.recv(timeout=0.2)
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_buffered_sends_never_outrun_the_credits() -> None:
+    a, b, push, pull = pair(capacity=64)
+    try:
+        accepted = 0
+        with pytest.raises(a3m.WouldBlock):
+            for i in range(1000):  # one stream, well within the window: through the buffer
+                push.send(b"x%d" % i, timeout=0)
+                accepted += 1
+        assert accepted == 64
+        assert recv_all(pull, 64) == [b"x%d" % i for i in range(64)]
+        push.send(b"more", timeout=5)
+        assert pull.recv(timeout=5) == b"more"
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_buffered_sends_wait_for_another_link_when_theirs_went_away() -> None:
+    a, b, push, pull = pair()
+    spare = b.socket(a3m.PULL, "spare")
+    try:
+        hold_open_buffer(a, push)
+        try:
+            def stream() -> None:
+                for i in range(20):
+                    push.send(b"s%d" % i, timeout=0)
+
+            in_thread(stream).join(5)
+            assert len(push._sbuf) == 20
+            push._core.unlink((b.id, "in"), time.monotonic())  # before the turn takes them
+        finally:
+            a._driver.lock.release()
+        time.sleep(0.1)
+        assert push._sbuf, "no link: they wait in the buffer"
+        with pytest.raises(a3m.WouldBlock):  # and nothing passes them
+            push.send(b"later", timeout=0)
+        push.link((b.id, "spare"))
+        assert push.wait_linked((b.id, "spare"), timeout=5)
+        push.send(b"later", timeout=5)
+        assert recv_all(spare, 21) == [b"s%d" % i for i in range(20)] + [b"later"]
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+@pytest.mark.parametrize("how", ["close", "flush"])
+def test_close_and_flush_send_what_the_buffer_holds(how: str) -> None:
+    a, b, push, pull = pair()
+    try:
+        openers = hold_open_buffer(a, push)
+        try:
+            in_thread(lambda: [push.send(b"c%d" % i, timeout=0) for i in range(30)]).join(5)
+            assert len(push._sbuf) == 30
+            assert a._buffering == {push}
+        finally:
+            a._driver.lock.release()
+        if how == "flush":
+            assert a.flush(timeout=5) and not push._sbuf
+        assert push.close(timeout=5)
+        got = recv_all(pull, openers + 30)
+        assert [m for m in got if m.startswith(b"c")] == [b"c%d" % i for i in range(30)]
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_cork_s_zero_never_opens_the_buffer() -> None:
+    a = a3m.Node("buf-z", cork_s=0.0)
+    b = a3m.Node("buf-zb")
+    try:
+        a.associate(b.id, b.address)
+        pull = b.socket(a3m.PULL, "in")
+        push = a.socket(a3m.PUSH, "out")
+        push.link((b.id, "in"))
+        assert push.wait_linked(timeout=5)
+        for i in range(200):
+            push.send(b"z%d" % i, timeout=5)
+            assert push._room == 0
+        assert recv_all(pull, 200) == [b"z%d" % i for i in range(200)]
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def arrived(pull: a3m.Socket, n: int) -> None:
+    """Wait until ``n`` messages wait in the PULL's core (none taken yet)."""
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        with pull.node._driver.lock:
+            if sum(len(lk.inq) for lk in pull._core.links.values()) >= n:
+                return
+        time.sleep(0.005)
+    pytest.fail("the messages did not arrive")
+
+
+def test_a_receive_takes_ahead_and_the_next_need_no_lock() -> None:
+    a, b, push, pull = pair()
+    try:
+        assert push.send_many([b"r%d" % i for i in range(50)], timeout=5) == 50
+        arrived(pull, 50)
+        assert pull.recv(timeout=5) == b"r0"
+        assert len(pull._inbox) == 49
+        got: list[bytes] = []
+        with b._driver.lock:  # without the inbox each receive would wait on this lock
+            t = in_thread(lambda: got.extend(pull.recv(timeout=0) for _ in range(10)))
+            t.join(5)
+            assert not t.is_alive()
+        assert got == [b"r%d" % i for i in range(1, 11)]
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_poll_and_readable_see_what_the_inbox_holds() -> None:
+    a, b, push, pull = pair()
+    try:
+        push.send_many([b"p0", b"p1"], timeout=5)
+        arrived(pull, 2)
+        assert pull.recv(timeout=5) == b"p0"
+        assert pull.readable  # the core holds nothing now: the inbox does
+        poller = a3m.Poller()
+        poller.register(pull, a3m.POLLIN)
+        assert poller.poll(0) == [(pull, a3m.POLLIN)]
+        assert pull.recv(timeout=0) == b"p1"
+        assert not pull.readable and poller.poll(0) == []
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_every_receive_form_keeps_order_across_the_inbox() -> None:
+    a, b, push, pull = pair(capacity=4096)
+    try:
+        msgs = [b"o%d" % i for i in range(3000)]
+        t = in_thread(lambda: [push.send(m, timeout=30) for m in msgs])
+        got: list[bytes] = []
+        step = 0
+        while len(got) < len(msgs):
+            form = step % 4
+            step += 1
+            if form == 0:
+                got.append(pull.recv(timeout=10))
+            elif form == 1:
+                msg = pull.recv_msg(timeout=10)
+                assert msg.source == push.id and msg.topic is None and msg.group is None
+                got.append(msg.payload)
+            elif form == 2:
+                got += pull.recv_many(7, timeout=10)
+            else:
+                for source, topic, payloads in pull._recv_runs(5, timeout=10):
+                    assert source == tuple(push.id) and topic is None
+                    got += payloads
+        t.join(30)
+        assert got == msgs
+        with pytest.raises(a3m.Timeout):
+            pull.recv(timeout=0.2)
+    finally:
+        a.close(5)
+        b.close(5)
+
+
+def test_patterns_with_their_own_receive_hooks_take_nothing_ahead() -> None:
+    a = a3m.Node("buf-sub-a")
+    b = a3m.Node("buf-sub-b")
+    try:
+        a.associate(b.id, b.address)
+        b.associate(a.id, a.address)
+        sub = b.socket(a3m.SUB, "sub")
+        sub.subscribe(b"t")
+        pub = a.socket(a3m.PUB, "pub")
+        sub.link((a.id, "pub"))
+        assert sub.wait_linked(timeout=5) and pub.wait_linked(timeout=5)
+        for i in range(5):
+            pub.send(b"%d" % i, topic=b"t")
+        assert [sub.recv_msg(timeout=5).topic for _ in range(5)] == [b"t"] * 5
+        assert not sub._inbox and not pub._room
+    finally:
+        a.close(5)
+        b.close(5)
