@@ -48,7 +48,10 @@ MAX_REORDER_QUARTERS = 12
 PERSISTENT_PTOS = 3
 #: Initial window: min(10 x datagram, max(14720, 2 x datagram)) bytes (RFC 9002, 7.2).
 INITIAL_WINDOW_DATAGRAMS = 10
-MIN_WINDOW_DATAGRAMS = 2
+#: The least window: 4 datagrams, as BBR's (a sender, its receiver's turn and the ACK each
+#: hold one, and one more to send); on loopback one datagram is a 60 KB BATCH that takes its
+#: receiver a few hundred microseconds, and 2 held a batched stream to 1.6-1.7 M msg/s.
+MIN_WINDOW_DATAGRAMS = 4
 #: The bandwidth estimate keeps the largest recent per-round delivery rate, decaying by this
 #: factor each round (a windowed maximum of a few tens of rounds, without the window's memory).
 BW_DECAY = 0.95
