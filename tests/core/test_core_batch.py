@@ -208,3 +208,35 @@ def test_batches_fit_what_the_transport_carries_unfragmented() -> None:
     for dst, data in out:
         p.nodes[dst].receive("a", data, p.now)
     assert pull.try_recv_many(200) == payloads
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_each_batch_is_the_longest_run_that_fits(seed: int) -> None:
+    """Runs are cut where the next message would pass ``batch_bytes`` (payload bytes plus 4
+    a message), never sooner: mixed sizes, one larger than the limit alone."""
+    from random import Random
+
+    rng = Random(seed)
+    p = Pipe("a", "b")
+    push, pull = linked(p, capacity=5000)
+    limit = 700
+    p.nodes["a"].batch_bytes = limit
+    payloads = [bytes(rng.choice((0, 1, 5, 60, 200, 900))) for _ in range(2000)]
+    assert push.try_send_many(payloads) == 2000
+    out = p.nodes["a"].take_output()
+    counts: list[int] = []
+    for _, data in out:
+        msg = m.decode(data)
+        counts.append(len(m.split_batch(msg.payload)) if msg.type == m.BATCH else 1)
+    assert sum(counts) == 2000
+    start = 0
+    for count in counts:
+        run = payloads[start:start + count]
+        cost = sum(map(len, run)) + 4 * len(run)
+        assert count == 1 or cost <= limit
+        if start + count < len(payloads):  # the next one would not have fitted
+            assert cost + len(payloads[start + count]) + 4 > limit
+        start += count
+    for dst, data in out:
+        p.nodes[dst].receive("a", data, p.now)
+    assert pull.try_recv_many(5000) == payloads

@@ -155,32 +155,49 @@ def encode_with_head(head: bytes, seq: int, payload: bytes, mtype: int = DATA) -
                      head, _SEQ_PACK(seq), payload))
 
 
-def encode_batch_with_head(head: bytes, seq: int, payloads: list[bytes]) -> bytes:
+def encode_batch_with_head(head: bytes, seq: int, payloads: list[bytes],
+                           lens: array[int] | None = None) -> bytes:
     """A BATCH of ``payloads`` (sequence numbers ``seq`` on) from its link's :func:`data_head`:
-    after the sequence number, count u32, ``count`` lengths u32, the payloads back to back."""
-    body = _batch_parts(payloads)
-    size = len(head) + 12 + 4 * len(payloads) + sum(map(len, payloads))
-    return b"".join([_FIXED_PACK(VERSION, PROTO_SOCKET, BATCH, size), head, _SEQ_PACK(seq),
-                     *body])
+    after the sequence number, count u32, ``count`` lengths u32, the payloads back to back.
+    ``lens``: their :func:`batch_lengths` when the caller has them (consumed)."""
+    parts, total = _batch_parts(payloads, lens)
+    parts[0] = _FIXED_PACK(VERSION, PROTO_SOCKET, BATCH, len(head) + 12 + 4 * len(payloads)
+                           + total)
+    parts[1] = head
+    parts[2] = _SEQ_PACK(seq)
+    return b"".join(parts)
 
 
 def encode_batch_body(payloads: list[bytes]) -> bytes:
     """A BATCH body after its sequence number (as :func:`encode_batch_with_head` lays it)."""
-    return b"".join(_batch_parts(payloads))
+    return b"".join(_batch_parts(payloads)[0])
 
 
-def _batch_parts(payloads: list[bytes]) -> list[bytes]:
-    """The pieces of a BATCH body: count, lengths (big-endian u32s), payloads."""
+def batch_lengths(payloads: list[bytes]) -> array[int] | None:
+    """The payloads' lengths, as the array of u32s a BATCH body is made from (None where this
+    platform has no 4-byte array type)."""
+    return array("I", map(len, payloads)) if _U32_ARRAY else None
+
+
+def _batch_parts(payloads: list[bytes], lens: array[int] | None = None
+                 ) -> tuple[list[bytes], int]:
+    """The pieces of a BATCH body after three empty slots (for a header): count, lengths
+    (big-endian u32s), payloads; and the payloads' total size. ``lens``: their
+    :func:`batch_lengths`, byte-swapped in place here."""
     n = len(payloads)
-    if _U32_ARRAY:
+    if lens is None and _U32_ARRAY:
         lens = array("I", map(len, payloads))
+    if lens is not None:
+        total = sum(lens)
         if _SWAP:
             lens.byteswap()
-        parts = [_U32_PACK(n), lens.tobytes()]
+        parts = [b"", b"", b"", _U32_PACK(n), lens.tobytes()]
     else:
-        parts = [_U32_PACK(n), struct.pack(f">{n}I", *map(len, payloads))]
+        sizes = list(map(len, payloads))
+        total = sum(sizes)
+        parts = [b"", b"", b"", _U32_PACK(n), struct.pack(f">{n}I", *sizes)]
     parts += payloads
-    return parts
+    return parts, total
 
 
 def split_batch(body: bytes) -> list[bytes]:

@@ -8,7 +8,6 @@ core's ``emit`` and time comes in as ``now``.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
@@ -318,24 +317,34 @@ class SocketCore:
         if n == 1:
             node.emit(dst, m.encode_with_head(head, seq, payloads[0]))
             return
-        # Running totals of (4 + size), computed in C; each run ends where the next
-        # message would pass the limit.
-        ends = list(accumulate(map((4).__add__, map(len, payloads))))
         limit = node.batch_bytes
         whole = node.unfragmented(dst)
         if whole is not None:  # (less the fixed header, sequence and count: 20 bytes)
             limit = min(limit, whole - 20 - len(head))
-        if ends[-1] <= limit:
-            node.emit(dst, m.encode_batch_with_head(head, seq, payloads))
+        lens = m.batch_lengths(payloads)  # (the BATCH body is made from them too)
+        sizes = lens if lens is not None else list(map(len, payloads))
+        if sum(sizes) + 4 * n <= limit:
+            node.emit(dst, m.encode_batch_with_head(head, seq, payloads, lens))
             return
-        start, base = 0, 0
+        ends = list(accumulate(sizes, initial=0))  # ends[i]: bytes of the first i (in C)
+        start = 0
         while start < n:
-            stop = max(bisect_right(ends, base + limit, start), start + 1)
-            run = payloads[start:stop]
-            node.emit(dst, m.encode_with_head(head, seq + start, run[0]) if len(run) == 1
-                      else m.encode_batch_with_head(head, seq + start, run))
-            base = ends[stop - 1]
-            start = stop
+            # The longest run from ``start`` within the limit at 4 more bytes a message (at
+            # least one message): a binary search over the running totals.
+            lo, hi, base = start + 1, n, ends[start] + 4 * start
+            while lo < hi:
+                mid = (lo + hi + 1) >> 1
+                if ends[mid] + 4 * mid - base <= limit:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo == start + 1:
+                node.emit(dst, m.encode_with_head(head, seq + start, payloads[start]))
+            else:
+                node.emit(dst, m.encode_batch_with_head(
+                    head, seq + start, payloads[start:lo],
+                    None if lens is None else lens[start:lo]))
+            start = lo
 
     def _head(self, link: Link) -> bytes:
         """The link's extended header for sequenced messages (cached per peer incarnation)."""
