@@ -113,6 +113,25 @@ def test_window_full_raises_would_block_then_reopens() -> None:
     assert len(p.delivered("b")) == 11
 
 
+def test_send_many_takes_what_the_windows_admit_and_stops_before_fragments() -> None:
+    p = Pair("a", "b", config=ExonConfig(secure=False, window_per_peer=10, window_global=100))
+    a = p.nodes["a"]
+    assert a.send_many("b", [b"x"], p.now) == 0  # nothing sent to b yet: send() makes the record
+    a.send("b", b"first", p.now)
+    assert a.send_room("b") == 9
+    assert a.send_many("b", [b"m%d" % i for i in range(20)], p.now) == 9  # the window's room
+    assert a.send_room("b") == 0 and a.send_many("b", [b"more"], p.now) == 0
+    p.transfer()
+    big = b"B" * (a.max_unfragmented("b") + 1)
+    assert a.send_many("b", [b"s0", b"s1", big, b"s2"], p.now) == 2  # stops before the big one
+    assert a.send_many("b", [big], p.now) == 0
+    a.send("b", big, p.now)  # (fragments go through send)
+    p.transfer()
+    got = [payload for _, payload in p.delivered("b")]
+    assert sorted(got) == sorted([b"first", *(b"m%d" % i for i in range(9)), b"s0", b"s1", big])
+    assert a.in_flight() == 0
+
+
 def test_idle_records_released_and_discarded() -> None:
     p = Pair("a", "b")
     for _i in range(20):

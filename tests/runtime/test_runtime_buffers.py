@@ -42,7 +42,7 @@ def hold_open_buffer(node: a3m.Node, push: a3m.Socket) -> int:
         push.send(b"first%d" % attempt, timeout=5)
         push.send(b"second%d" % attempt, timeout=5)
         lock.acquire()
-        if push._room > 0:
+        if push._sbuf.room > 0:
             return 2 * (attempt + 1)
         lock.release()
         time.sleep(WINDOW * 2)
@@ -61,7 +61,7 @@ def test_a_stream_of_sends_waits_in_the_buffer_without_the_node_lock() -> None:
         openers = hold_open_buffer(a, push)
         try:
             sent: list[bytes] = []
-            room = push._room
+            room = push._sbuf.room
 
             def stream() -> None:  # blocks for ever on the node's lock without the buffer
                 for i in range(min(100, room)):
@@ -111,12 +111,12 @@ def test_buffered_sends_wait_for_another_link_when_theirs_went_away() -> None:
                     push.send(b"s%d" % i, timeout=0)
 
             in_thread(stream).join(5)
-            assert len(push._sbuf) == 20
+            assert len(push._sbuf.items) == 20
             push._core.unlink((b.id, "in"), time.monotonic())  # before the turn takes them
         finally:
             a._driver.lock.release()
         time.sleep(0.1)
-        assert push._sbuf, "no link: they wait in the buffer"
+        assert push._sbuf.items, "no link: they wait in the buffer"
         with pytest.raises(a3m.WouldBlock):  # and nothing passes them
             push.send(b"later", timeout=0)
         push.link((b.id, "spare"))
@@ -135,12 +135,12 @@ def test_close_and_flush_send_what_the_buffer_holds(how: str) -> None:
         openers = hold_open_buffer(a, push)
         try:
             in_thread(lambda: [push.send(b"c%d" % i, timeout=0) for i in range(30)]).join(5)
-            assert len(push._sbuf) == 30
+            assert len(push._sbuf.items) == 30
             assert a._buffering == {push}
         finally:
             a._driver.lock.release()
         if how == "flush":
-            assert a.flush(timeout=5) and not push._sbuf
+            assert a.flush(timeout=5) and not push._sbuf.items
         assert push.close(timeout=5)
         got = recv_all(pull, openers + 30)
         assert [m for m in got if m.startswith(b"c")] == [b"c%d" % i for i in range(30)]
@@ -160,7 +160,7 @@ def test_cork_s_zero_never_opens_the_buffer() -> None:
         assert push.wait_linked(timeout=5)
         for i in range(200):
             push.send(b"z%d" % i, timeout=5)
-            assert push._room == 0
+            assert push._sbuf.room == 0
         assert recv_all(pull, 200) == [b"z%d" % i for i in range(200)]
     finally:
         a.close(5)
@@ -258,7 +258,7 @@ def test_patterns_with_their_own_receive_hooks_take_nothing_ahead() -> None:
         for i in range(5):
             pub.send(b"%d" % i, topic=b"t")
         assert [sub.recv_msg(timeout=5).topic for _ in range(5)] == [b"t"] * 5
-        assert not sub._inbox and not pub._room
+        assert not sub._inbox and not pub._sbuf.room
     finally:
         a.close(5)
         b.close(5)

@@ -357,3 +357,45 @@ def test_a_stream_to_another_process_shares_datagrams(cork_s: float, most: int |
         rx.join(10)
         if rx.is_alive():
             rx.kill()
+
+
+def test_a_stream_of_sends_waits_in_the_buffer_without_the_lock_and_close_sends_it() -> None:
+    """In a stream to one node, sends wait in the Endpoint's buffer for the I/O thread's turn
+    without taking its lock (they complete while another thread holds it), never beyond the
+    windows; close sends what the buffer holds first."""
+    with Endpoint("buf-tx", cork_s=0.01) as a, Endpoint("buf-rx") as b:
+        a.associate("buf-rx", b.address)
+        lock = a._driver.lock
+        openers = 0
+        for _ in range(50):
+            a.send("buf-rx", b"o%d" % openers, timeout=5)
+            a.send("buf-rx", b"o%d" % (openers + 1), timeout=5)
+            openers += 2
+            lock.acquire()
+            if a._sbuf.room > 0:
+                break
+            lock.release()
+            time.sleep(0.02)
+        else:
+            pytest.fail("the send buffer never opened")
+        try:
+            room = a._sbuf.room
+            sent: list[bytes] = []
+
+            def stream() -> None:  # blocks on the lock without the buffer
+                for i in range(min(200, room)):
+                    a.send("buf-rx", b"s%d" % i, timeout=0)
+                    sent.append(b"s%d" % i)
+
+            t = threading.Thread(target=stream, daemon=True)
+            t.start()
+            t.join(5)
+            assert not t.is_alive() and len(sent) == min(200, room)
+            assert len(a._sbuf.items) == len(sent)  # (the turn needs the lock we hold)
+        finally:
+            lock.release()
+        assert a.close(timeout=10)
+        got = sorted(p for _, p in collect(b, openers + len(sent)))
+        assert got == sorted([b"o%d" % i for i in range(openers)] + sent)
+        with pytest.raises(Timeout):
+            b.recv(timeout=0.2)

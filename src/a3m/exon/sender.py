@@ -42,6 +42,40 @@ class SenderPart(ProtocolState):
         return (pend < self._peer_window(rec)
                 and self._pending_total < self.config.window_global)
 
+    def send_many(self, dst: str, payloads: list[bytes], now: float) -> int:
+        """Queue the first of ``payloads`` that the windows admit, as :meth:`send` one by one
+        would (no receipts), and return how many: 0 when the windows are full, when nothing
+        was sent to ``dst`` yet, or when the first payload needs fragments (send those with
+        :meth:`send`). The run stops before the first such payload. Never drops."""
+        n = min(self.send_room(dst), len(payloads))
+        if n == 0:
+            return 0
+        rec = self._sr[dst]
+        single = rec.max_single
+        queue = rec.queue
+        count = 0
+        for data in payloads[:n] if n < len(payloads) else payloads:
+            if len(data) > single:
+                break
+            queue.append((bytes(data), None, None))
+            count += 1
+        if count:
+            if len(queue) == count and not rec.tokens:
+                rec.heard_at = now  # the record begins waiting on the peer
+            rec.idle_since = None
+            self._pending_total += count
+            self._pump(rec, now)
+        return count
+
+    def send_room(self, dst: str) -> int:
+        """How many more sends of one token each to ``dst`` both windows admit now (0 before
+        the first send to it, and while closing)."""
+        rec = self._sr.get(dst)
+        if rec is None or self._closing:
+            return 0
+        return max(0, min(self._peer_window(rec) - len(rec.queue) - len(rec.tokens),
+                          self.config.window_global - self._pending_total))
+
     def in_flight(self) -> int:
         """Pieces queued or unacknowledged across all destinations."""
         return self._pending_total
@@ -175,6 +209,11 @@ class SenderPart(ProtocolState):
             inflight = path.inflight
             seq = path.seq
             sent = 0
+            peer = rec.peer
+            out = self._out.get(peer)
+            if out is None:
+                out = self._out[peer] = []
+            emit = out.append
             while queue and s < end and inflight < cwnd:
                 data, frag, meta = queue.popleft()
                 if frag is None:
@@ -191,7 +230,7 @@ class SenderPart(ProtocolState):
                 seq += 1
                 tokens[s] = (frame, r, meta, now, 1, seq)
                 inflight += len(frame)
-                self._emit(rec.peer, frame)
+                emit(frame)
                 s += 1
                 sent += 1
             rec.env_lo = s

@@ -29,6 +29,10 @@ from a3m.runtime.cork import Cork
 from a3m.runtime.discovery_file import FileDiscovery
 from a3m.runtime.driver import Driver
 from a3m.runtime.identity import node_key, warn_key_refused
+from a3m.runtime.send_buffer import SendBuffer
+
+#: Most sends the Endpoint's buffer takes between two turns of the I/O thread.
+SEND_BUFFER = 1024
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -105,8 +109,16 @@ class Endpoint:
         self._closed = False
         self._warn_key = warn_key_refused(self.id)
         self._cork = Cork(config.cork_s)
+        #: In a stream, sends wait here for the I/O thread's turn without the lock (see
+        #: :meth:`send`): ``(node_id, payload)``, as many as the windows to ``_sdst`` took.
+        self._sbuf: SendBuffer[tuple[str, bytes]] = SendBuffer()
+        self._sdst: str | None = None
+        self._fast_size = 0
+        self._buffering = False  # the buffer is open, or holds sends: the turn looks at it
+        self._stalled = False  # it holds sends the windows did not take: retried each turn
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}",
-                              busy_poll_s=config.busy_poll_s, upper_timer=self._cork_deadline)
+                              busy_poll_s=config.busy_poll_s, upper_timer=self._cork_deadline,
+                              on_turn=self._on_turn, upper_output=self._buffered)
 
     # ------------------------------------------------------------------ API
 
@@ -150,7 +162,17 @@ class Endpoint:
         Returns a receipt id when ``receipt`` is true. ``timeout=0`` never blocks (raises
         :class:`~a3m.errors.WouldBlock`); a timeout that passes raises
         :class:`~a3m.errors.Timeout` and nothing was sent.
+
+        In a stream to one node (a send within ``cork_s`` of the previous one), sends wait in
+        the Endpoint's buffer for the I/O thread's next turn without taking its lock: as many
+        as the windows to that node took when the buffer opened, so a send still returns only
+        once the windows admit it.
         """
+        buf = self._sbuf
+        if (buf.room and node_id == self._sdst and not receipt and type(payload) is bytes
+                and len(payload) <= self._fast_size and (timeout is None or timeout >= 0)
+                and buf.offer((node_id, payload))):
+            return None
         deadline = _deadline(timeout)
         drv = self._driver
         with drv.lock:
@@ -158,6 +180,8 @@ class Endpoint:
                 self._check_open()
                 now = time.monotonic()
                 try:
+                    if buf.items and not self._drain(now) and buf.items:
+                        raise WouldBlock("the windows are full")  # buffered sends go first
                     rid = self._proto.send(node_id, payload, now, receipt)
                 except WouldBlock:
                     if timeout == 0:
@@ -170,14 +194,74 @@ class Endpoint:
                     continue
                 cork = self._cork  # (a stream waits for the turn: see runtime/cork.py)
                 if cork.follows(now):
+                    if not receipt and not buf.room and not self._stalled:
+                        self._open_buffer(node_id)
                     drv.wake_by(cork.due(now))
                 else:
                     drv.flush()
                 return rid
 
     def _cork_deadline(self) -> float | None:
-        """The end of the cork window while the protocol holds output (see :meth:`send`)."""
-        return self._cork.until if self._proto.has_output() else None
+        """The end of the cork window while the protocol holds output or the buffer is
+        open (see :meth:`send`)."""
+        if (self._buffering and not self._stalled) or self._proto.has_output():
+            return self._cork.until
+        return None
+
+    def _buffered(self) -> bool:
+        return self._buffering
+
+    def _open_buffer(self, dst: str) -> None:
+        """Under the lock: let the next sends to ``dst`` wait in the buffer, as many as the
+        windows admit now."""
+        proto = self._proto
+        self._sdst = dst  # (set before the buffer opens: nothing is offered while shut)
+        self._fast_size = proto.max_unfragmented(dst)
+        if self._sbuf.open(min(proto.send_room(dst), SEND_BUFFER)):
+            self._buffering = True
+
+    def _drain(self, now: float) -> bool:
+        """Under the lock: hand the buffered sends to the protocol, in order (True when some
+        went). What the windows do not admit now stays first in line."""
+        items = self._sbuf.take()
+        if not items:
+            self._stalled = False
+            return False
+        proto = self._proto
+        i, n = 0, len(items)
+        while i < n:
+            dst = items[i][0]
+            j = i + 1  # the run of sends to one node, in bulk
+            while j < n and items[j][0] == dst:
+                j += 1
+            run = [payload for _, payload in items[i:j]]
+            went = proto.send_many(dst, run, now)
+            if not went:  # the windows are full, or the first needs fragments
+                try:
+                    proto.send(dst, run[0], now)
+                    went = 1
+                except WouldBlock:
+                    self._sbuf.put_back(items[i:])
+                    self._stalled = True
+                    return i > 0
+            i += went
+        self._stalled = False
+        return True
+
+    def _on_turn(self, now: float) -> None:
+        """The I/O thread's turn (or a leader leaving): drain the buffer; open it again
+        while sends keep coming, close it after a window with none."""
+        if not self._buffering:
+            return
+        if self._drain(now):
+            if not self._stalled and self._sdst is not None:
+                self._open_buffer(self._sdst)
+                self._driver.wake_by(self._cork.due(now))
+                return
+        elif self._stalled or now < self._cork.until:
+            return
+        if self._sbuf.shut():
+            self._buffering = False
 
     def recv(self, timeout: float | None = None) -> tuple[str, bytes]:
         """The next delivered ``(node_id, payload)``; blocks up to ``timeout`` seconds."""
@@ -278,8 +362,9 @@ class Endpoint:
             return n
 
     def in_flight(self) -> int:
+        """Messages sent and not yet acknowledged (queued, buffered or in flight)."""
         with self._driver.lock:
-            return self._proto.in_flight()
+            return self._proto.in_flight() + len(self._sbuf.items)
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop sending, wait (up to ``timeout``) until everything sent was acknowledged, the
@@ -298,7 +383,20 @@ class Endpoint:
         process ends it at once; so does the process's exit."""
         if self._closed:
             return True
-        clean = self._driver.close_protocol(_deadline(timeout))
+        deadline = _deadline(timeout)
+        drv = self._driver
+        with drv.lock:  # what waits in the buffer leaves first
+            self._sbuf.shut()
+            while self._sbuf.items and drv.running:
+                self._drain(time.monotonic())
+                left = _remaining(deadline)
+                if not self._sbuf.items or (left is not None and left <= 0):
+                    break
+                drv.wake()
+                drv.wait(0.05 if left is None else min(left, 0.05))
+            given_up = bool(self._sbuf.clear())
+            self._buffering = self._stalled = False
+        clean = self._driver.close_protocol(deadline) and not given_up
         self._closed = True
         return clean
 

@@ -11,7 +11,6 @@ that the credits bound.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -34,6 +33,7 @@ from a3m.runtime.cork import Cork
 from a3m.runtime.driver import Driver
 from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
 from a3m.runtime.identity import node_key, warn_key_refused
+from a3m.runtime.send_buffer import SendBuffer
 
 if TYPE_CHECKING:
     from a3m.journal import NodeJournal
@@ -373,7 +373,7 @@ class Node:
         if not cork.follows(now):
             self._after_call()
             return
-        if sock is not None and sock._room == 0 and sock not in self._stalled:
+        if sock is not None and sock._sbuf.room == 0 and sock not in self._stalled:
             sock._open_buffer(cork.due(now))
         if self._bridge.has_output() and not self._driver.turn_under_way:
             self._driver.wake_by(cork.due(now))
@@ -426,11 +426,7 @@ class Socket:
         self._closed = False
         #: The send buffer (see :meth:`send`): sends that wait for the I/O thread's turn
         #: without having taken the node's lock, under their own small lock.
-        self._slock = threading.Lock()
-        self._sbuf: list[bytes] = []
-        #: How many more sends the buffer takes: credits set aside for them when it opened
-        #: (0: closed, every send takes the node's lock).
-        self._room = 0
+        self._sbuf: SendBuffer[bytes] = SendBuffer()
         self._fast_size = node._core.max_message_size - m.DATA_OVERHEAD_MAX
         #: Messages taken ahead from the core with their source (see :meth:`recv`).
         self._inbox: deque[tuple[bytes, tuple[str, str]]] = deque()
@@ -496,13 +492,10 @@ class Socket:
         returns only once a link holds a credit for it, and they leave in order."""
         if type(data) is not bytes:
             data = _as_bytes(data)
-        if self._room and not kw and len(data) <= self._fast_size and (
-                timeout is None or timeout >= 0):
-            with self._slock:
-                if self._room > 0:
-                    self._room -= 1
-                    self._sbuf.append(data)
-                    return
+        buf = self._sbuf
+        if buf.room and not kw and len(data) <= self._fast_size and (
+                timeout is None or timeout >= 0) and buf.offer(data):
+            return
         _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
@@ -512,9 +505,9 @@ class Socket:
                 self._check_open()
                 now = time.monotonic()
                 core.node.now = now
-                if self._sbuf:
+                if buf.items:
                     self._drain(now)  # what was buffered goes first
-                if not self._sbuf and core.try_send(data, **kw):
+                if not buf.items and core.try_send(data, **kw):
                     self.node._after_send(now, self)
                     return
                 why = self._why_blocked()
@@ -548,9 +541,9 @@ class Socket:
                 self._check_open()
                 now = time.monotonic()
                 core.node.now = now
-                if self._sbuf:
+                if self._sbuf.items:
                     self._drain(now)  # what was buffered goes first
-                went = 0 if self._sbuf else core.try_send_many(items[sent:] if sent else items,
+                went = 0 if self._sbuf.items else core.try_send_many(items[sent:] if sent else items,
                                                               **kw)
                 if went:
                     sent += went
@@ -716,11 +709,8 @@ class Socket:
         ``due``."""
         if room is None:
             room = self._core.send_room()
-        room = min(room, SEND_BUFFER) - len(self._sbuf)
-        if room <= 0:
+        if not self._sbuf.open(min(room, SEND_BUFFER)):
             return
-        with self._slock:
-            self._room = room
         node = self.node
         node._buffering.add(self)
         node._driver.wake_by(due)
@@ -728,21 +718,14 @@ class Socket:
     def _close_buffer(self) -> None:
         """Under the node's lock: every send takes the node's lock again (once what the
         buffer holds has gone: a send may have come since it was last drained)."""
-        with self._slock:
-            self._room = 0
-            if self._sbuf:
-                return
-        self.node._buffering.discard(self)
+        if self._sbuf.shut():
+            self.node._buffering.discard(self)
 
     def _drain(self, now: float) -> bool:
         """Under the node's lock: hand the buffered sends to the core, in order (True when
         some went), and stop the buffer taking more until it is opened again. What no link
         can take now (one went away) stays first in line, retried on every turn."""
-        with self._slock:
-            items = self._sbuf
-            if items:
-                self._sbuf = []
-                self._room = 0
+        items = self._sbuf.take()
         node = self.node
         if not items:
             node._stalled.discard(self)
@@ -751,8 +734,7 @@ class Socket:
         core.node.now = now
         went = core.try_send_many(items)
         if went < len(items):
-            with self._slock:
-                self._sbuf[:0] = items[went:]
+            self._sbuf.put_back(items[went:])
             node._stalled.add(self)
         else:
             node._stalled.discard(self)
@@ -805,16 +787,14 @@ class Socket:
         clean = True
         with drv.lock:
             self._close_buffer()
-            while self._sbuf and drv.running:  # what was buffered goes before the unlink
+            while self._sbuf.items and drv.running:  # what was buffered goes before the unlink
                 self._drain(time.monotonic())
                 left = None if deadline is None else deadline - time.monotonic()
-                if not self._sbuf or (left is not None and left <= 0):
+                if not self._sbuf.items or (left is not None and left <= 0):
                     break
                 drv.wait(0.05 if left is None else min(left, 0.05))
-            if self._sbuf:  # no link took them in time: they were not sent
+            if self._sbuf.clear():  # no link took them in time: they were not sent
                 clean = False
-                with self._slock:
-                    self._sbuf = []
                 self.node._stalled.discard(self)
             self._core.close(time.monotonic())
             self.node._after_call()
