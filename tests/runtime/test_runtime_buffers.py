@@ -83,6 +83,34 @@ def test_a_stream_of_sends_waits_in_the_buffer_without_the_node_lock() -> None:
         b.close(5)
 
 
+def test_send_many_goes_through_an_open_buffer_whole() -> None:
+    a, b, push, pull = pair()
+    try:
+        openers = hold_open_buffer(a, push)
+        try:
+            room = push._sbuf.room
+            went: list[int] = []
+            t = in_thread(lambda: went.append(push.send_many([b"b%d" % i for i in range(10)],
+                                                              timeout=0)))
+            t.join(5)
+            assert not t.is_alive() and went == [10] and room >= 10
+            assert push._sbuf.room == room - 10
+            more: list[int] = []
+            too_many = in_thread(lambda: more.append(push.send_many([b"x"] * (room - 9),
+                                                                    timeout=0)))
+            too_many.join(0.3)
+            assert too_many.is_alive(), "more than the room: it takes the lock (held here)"
+        finally:
+            a._driver.lock.release()
+        too_many.join(5)
+        assert more and 0 < more[0] <= room - 9  # as far as the credits went
+        got = recv_all(pull, openers + 10 + more[0])
+        assert [m for m in got if m.startswith(b"b")] == [b"b%d" % i for i in range(10)]
+    finally:
+        a.close(5)
+        b.close(5)
+
+
 def test_buffered_sends_never_outrun_the_credits() -> None:
     a, b, push, pull = pair(capacity=64)
     try:

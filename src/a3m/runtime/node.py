@@ -529,11 +529,17 @@ class Socket:
         Returns how many were sent: all of them, unless ``timeout`` passed after some went
         (the rest were not sent; send them again). Raises as :meth:`send` does when none
         could be sent (``WouldBlock`` for ``timeout=0``, ``Timeout``)."""
-        items = [m if type(m) is bytes else _as_bytes(m) for m in messages]
+        items = messages if type(messages) is list else list(messages)
+        if set(map(type, items)) != {bytes}:  # (in C: most batches are bytes already)
+            items = [m if type(m) is bytes else _as_bytes(m) for m in items]
+        buf = self._sbuf
+        n = len(items)
+        if (buf.room >= n > 0 and not kw and max(map(len, items)) <= self._fast_size
+                and (timeout is None or timeout >= 0) and buf.offer_many(items)):
+            return n  # (the buffer is open: see send)
         _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
-        n = len(items)
         sent = 0
         deadline = -1.0
         with drv.lock:

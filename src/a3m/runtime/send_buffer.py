@@ -30,6 +30,16 @@ class SendBuffer(Generic[_T]):
                 return True
         return False
 
+    def offer_many(self, items: list[_T]) -> bool:
+        """From any thread: queue all of ``items`` if the buffer has room for all of them
+        (False, nothing queued: take the lock)."""
+        with self._lock:
+            if self.room >= len(items):
+                self.room -= len(items)
+                self.items += items
+                return True
+        return False
+
     def take(self) -> list[_T]:
         """Under the node's lock: what waits, in order; the buffer takes nothing more until it
         opens again (when there was something)."""
