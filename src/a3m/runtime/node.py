@@ -724,8 +724,9 @@ class Socket:
     def _close_buffer(self) -> None:
         """Under the node's lock: every send takes the node's lock again (once what the
         buffer holds has gone: a send may have come since it was last drained)."""
-        if self._sbuf.shut():
-            self.node._buffering.discard(self)
+        node = self.node
+        if self._sbuf.shut() or self in node._stalled:  # (stalled: retried every turn, with
+            node._buffering.discard(self)  # no deadline of its own: one would spin)
 
     def _drain(self, now: float) -> bool:
         """Under the node's lock: hand the buffered sends to the core, in order (True when
