@@ -50,9 +50,9 @@ ONE = "ONE"
 POLLIN = 1
 POLLOUT = 2
 
-_LAZY = {"Node": "a3m.runtime.node", "Socket": "a3m.runtime.node",
-         "Poller": "a3m.runtime.node", "SocketId": "a3m.runtime.node",
-         "ReceivedMessage": "a3m.runtime.node", "proxy": "a3m.runtime.proxy"}
+_LAZY = {"Node": "a3m.runtime.node", "Socket": "a3m.runtime.sockets",
+         "Poller": "a3m.runtime.sockets", "SocketId": "a3m.runtime.sockets",
+         "ReceivedMessage": "a3m.runtime.sockets", "proxy": "a3m.runtime.proxy"}
 
 
 def __getattr__(name: str) -> object:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from a3m.errors import Timeout, UsageError, WouldBlock
 from a3m.runtime import node as _sync
-from a3m.runtime.node import POLLIN, POLLOUT, ReceivedMessage, SocketId
+from a3m.runtime.sockets import POLLIN, POLLOUT, ReceivedMessage, SocketId
 
 T = TypeVar("T")
 

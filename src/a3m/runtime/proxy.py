@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from a3m.errors import Closed
-from a3m.runtime.node import POLLIN, Poller, Socket
+from a3m.runtime.sockets import POLLIN, Poller, Socket
 
 
 def proxy(frontend: Socket, backend: Socket, stop: threading.Event | None = None,

@@ -1,0 +1,586 @@
+"""The sockets of an ``a3m.Node`` (blocking, thread-safe) and ``Poller``.
+
+A socket calls into its node's core under the node's lock (the driver's). In a stream it keeps
+its own send buffer and inbox, so that most sends and receives take only a small lock of its
+own (docs/design.md, "Runtimes"); the node's I/O turn drains the buffers
+(``Node._take_buffers``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+
+from a3m.core import message as m
+from a3m.core.link import REASONS
+from a3m.core.socket_core import SocketCore
+from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
+from a3m.runtime.send_buffer import SendBuffer
+
+if TYPE_CHECKING:
+    from a3m.core.node_core import NodeCore
+    from a3m.runtime.driver import Driver
+
+
+class Owner(Protocol):
+    """What a socket needs of its node (:class:`a3m.Node`), which creates it."""
+
+    id: str
+    _driver: Driver
+    _core: NodeCore
+    _buffering: set[Socket]  # open send buffers: the node's turn drains them
+    _stalled: set[Socket]  # buffers holding sends no link takes now: retried every turn
+
+    def _after_call(self) -> None: ...
+    def _after_send(self, now: float, sock: Socket | None = None) -> None: ...
+    def _check_open(self) -> None: ...
+    def _forget_socket(self, tag: str) -> None: ...
+
+POLLIN = 1
+POLLOUT = 2
+
+#: Most sends a socket's buffer takes between two turns of the I/O thread.
+SEND_BUFFER = 1024
+#: Most messages a receive takes ahead into the socket's inbox (see :meth:`Socket.recv`).
+PREFETCH = 256
+
+
+class SocketId(NamedTuple):
+    """A socket's global name: the node id and the socket's tag on that node."""
+
+    node: str
+    tag: str
+
+    @classmethod
+    def of(cls, peer: Any) -> SocketId:
+        """Accept a SocketId, a ``(node, tag)`` pair or ``"node/tag"``."""
+        if isinstance(peer, SocketId):
+            return peer
+        if isinstance(peer, tuple) and len(peer) == 2:
+            return cls(str(peer[0]), str(peer[1]))
+        if isinstance(peer, str) and "/" in peer:
+            node, tag = peer.rsplit("/", 1)
+            return cls(node, tag)
+        raise UsageError(f"a peer socket is SocketId(node, tag), (node, tag) or 'node/tag': "
+                         f"{peer!r}")
+
+
+@dataclass(slots=True)
+class ReceivedMessage:
+    """What ``recv_msg`` returns (treat as immutable; not frozen: that costs per message)."""
+
+    payload: bytes
+    source: SocketId
+    topic: bytes | None = None
+    #: DISH: the group the message was sent to.
+    group: str | None = None
+
+
+_T = TypeVar("_T")
+
+
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is not None and timeout < 0:
+        raise UsageError("timeout must be >= 0 or None")
+
+
+def _deadline(timeout: float | None) -> float | None:
+    _check_timeout(timeout)
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _as_bytes(data: Any) -> bytes:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise UsageError("send takes bytes")
+    return bytes(data)
+
+
+def _time_left(timeout: float | None, deadline: float, now: float, would_block: str,
+               what: str) -> tuple[float, float | None]:
+    """For a blocking call about to wait: ``(deadline, seconds left)``, the deadline fixed at
+    its first wait (-1.0 before); raises WouldBlock for ``timeout=0``, Timeout once past it."""
+    if timeout is None:
+        return deadline, None
+    if timeout == 0:
+        raise WouldBlock(would_block)
+    if deadline < 0:
+        deadline = now + timeout
+    left = deadline - now
+    if left <= 0:
+        raise Timeout(f"{what} timed out")
+    return deadline, left
+
+
+class Socket:
+    """A socket of a node (blocking, thread-safe). Create with :meth:`Node.socket`."""
+
+    def __init__(self, node: Owner, core: SocketCore) -> None:
+        self.node = node
+        self._core = core
+        self.id = SocketId(node.id, core.tag)
+        self.kind = core.kind
+        self._closed = False
+        #: The send buffer (see :meth:`send`): sends that wait for the I/O thread's turn
+        #: without having taken the node's lock, under their own small lock.
+        self._sbuf: SendBuffer[bytes] = SendBuffer()
+        self._fast_size = node._core.max_message_size - m.DATA_OVERHEAD_MAX
+        #: Messages taken ahead from the core with their source (see :meth:`recv`).
+        self._inbox: deque[tuple[bytes, tuple[str, str]]] = deque()
+        self._prefetch = core.plain_recv
+
+    # ------------------------------------------------------------------ links
+
+    def link(self, peer: Any) -> None:
+        """Link with a peer socket (``SocketId``, ``(node, tag)`` or ``"node/tag"``)."""
+        pid = SocketId.of(peer)
+        with self.node._driver.lock:
+            self._check_open()
+            self._core.link((pid.node, pid.tag), time.monotonic())
+            self.node._after_call()
+
+    def unlink(self, peer: Any) -> None:
+        """Unlink from a peer; messages in flight either way are still delivered."""
+        pid = SocketId.of(peer)
+        with self.node._driver.lock:
+            self._core.unlink((pid.node, pid.tag), time.monotonic())
+            self.node._after_call()
+
+    def wait_linked(self, peer: Any = None, timeout: float | None = None) -> bool:
+        """True once linked (to ``peer``, or to anyone); False on timeout or fatal refusal."""
+        pid = None if peer is None else SocketId.of(peer)
+        key = None if pid is None else (pid.node, pid.tag)
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        with drv.lock:
+            while not self._core.is_linked(key):
+                if self._core.fatal_refusal(key) is not None or not drv.running:
+                    return False
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                drv.wait(0.1 if left is None else min(left, 0.1))
+            return True
+
+    def refusal(self, peer: Any) -> str | None:
+        """Why the last attempt to link with ``peer`` was refused, if it was."""
+        pid = SocketId.of(peer)
+        with self.node._driver.lock:
+            code = self._core.refusals.get((pid.node, pid.tag))
+        return None if code is None else REASONS.get(code, hex(code))
+
+    @property
+    def links(self) -> list[SocketId]:
+        """The peers this socket is linked with (established links)."""
+        with self.node._driver.lock:
+            return [SocketId(*lk.peer) for lk in self._core.established_links()]
+
+    # ------------------------------------------------------------------ messages
+
+    def send(self, data: bytes, timeout: float | None = None, **kw: Any) -> None:
+        """Send a message; blocks while no link can take it (no link, no credits).
+
+        ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`).
+
+        In a stream (a send within ``cork_s`` of the previous one) on a socket with the
+        default send hooks (PUSH, PAIR, DEALER...), sends wait in the socket's buffer for
+        the I/O thread's next turn, at most ``cork_s`` later, without taking the node's
+        lock: as many as the links' credits took when the buffer opened, so a send still
+        returns only once a link holds a credit for it, and they leave in order."""
+        if type(data) is not bytes:
+            data = _as_bytes(data)
+        buf = self._sbuf
+        if buf.room and not kw and len(data) <= self._fast_size and (
+                timeout is None or timeout >= 0) and buf.offer(data):
+            return
+        _check_timeout(timeout)
+        drv = self.node._driver
+        core = self._core
+        deadline = -1.0  # set on the first wait: a send that goes through reads no clock twice
+        with drv.lock:
+            while True:
+                self._check_open()
+                now = time.monotonic()
+                core.node.now = now
+                if buf.items:
+                    self._drain(now)  # what was buffered goes first
+                if not buf.items and core.try_send(data, **kw):
+                    self.node._after_send(now, self)
+                    return
+                why = self._why_blocked()
+                deadline, left = _time_left(
+                    timeout, deadline, now,
+                    f"{self.kind} socket {self.id.tag!r} cannot send now{why}",
+                    f"send on {self.id.tag!r}{why}")
+                refusal = core.fatal_refusal()
+                if refusal is not None and not core.links:
+                    raise LinkRefused(REASONS.get(refusal, hex(refusal)))
+                drv.wait(left)
+
+    def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
+                  **kw: Any) -> int:
+        """Send ``messages`` in order, exactly once each, as a loop of :meth:`send` would, but
+        taking the node's lock and handing work to the transport once per batch the links
+        accept instead of once per message.
+
+        Returns how many were sent: all of them, unless ``timeout`` passed after some went
+        (the rest were not sent; send them again). Raises as :meth:`send` does when none
+        could be sent (``WouldBlock`` for ``timeout=0``, ``Timeout``)."""
+        items = messages if type(messages) is list else list(messages)
+        if set(map(type, items)) != {bytes}:  # (in C: most batches are bytes already)
+            items = [m if type(m) is bytes else _as_bytes(m) for m in items]
+        buf = self._sbuf
+        n = len(items)
+        if (buf.room >= n > 0 and not kw and max(map(len, items)) <= self._fast_size
+                and (timeout is None or timeout >= 0) and buf.offer_many(items)):
+            return n  # (the buffer is open: see send)
+        _check_timeout(timeout)
+        drv = self.node._driver
+        core = self._core
+        sent = 0
+        deadline = -1.0
+        with drv.lock:
+            while sent < n:
+                self._check_open()
+                now = time.monotonic()
+                core.node.now = now
+                if self._sbuf.items:
+                    self._drain(now)  # what was buffered goes first
+                went = 0 if self._sbuf.items else core.try_send_many(items[sent:] if sent else items,
+                                                              **kw)
+                if went:
+                    sent += went
+                    self.node._after_send(now, self)
+                    continue  # acknowledgements may have come in meanwhile: try again
+                try:
+                    why = self._why_blocked()
+                    deadline, left = _time_left(
+                        timeout, deadline, now,
+                        f"{self.kind} socket {self.id.tag!r} cannot send now{why}",
+                        f"send_many on {self.id.tag!r}{why}")
+                except (WouldBlock, Timeout):
+                    if sent:
+                        return sent
+                    raise
+                refusal = core.fatal_refusal()
+                if refusal is not None and not core.links:
+                    raise LinkRefused(REASONS.get(refusal, hex(refusal)))
+                drv.wait(left)
+        return sent
+
+    def recv_many(self, max_items: int, timeout: float | None = None) -> list[bytes]:
+        """Up to ``max_items`` payloads, in order, exactly once: waits (as :meth:`recv`)
+        for the first, then takes what is already there, under one lock and with one credit
+        hand-off for the lot. Raises as :meth:`recv` when nothing came in time."""
+        if not isinstance(max_items, int) or max_items < 1:
+            raise UsageError("recv_many needs max_items >= 1")
+        if self._inbox:
+            taken = self._from_inbox(max_items)
+            if taken:
+                return [payload for payload, _ in taken]
+        core = self._core
+        return self._take(lambda: core.try_recv_many(max_items) or None, timeout, "recv_many")
+
+    def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
+        """The next message with its source (and topic, for SUB)."""
+        if self._prefetch:
+            inbox = self._inbox
+            try:
+                payload, source = inbox.popleft() if inbox else self._take(
+                    self._take_ahead, timeout, "recv")
+            except IndexError:  # another thread took the last one meanwhile
+                payload, source = self._take(self._take_ahead, timeout, "recv")
+            return ReceivedMessage(payload, SocketId(*source))
+        got = self._take(self._core.try_recv, timeout, "recv")
+        attrs = got.attrs
+        return ReceivedMessage(got.payload, SocketId(*got.source), got.topic,
+                               None if attrs is None else attrs.get("group"))
+
+    def recv(self, timeout: float | None = None) -> bytes:
+        """The next message's payload.
+
+        Where the default receive hooks are in force (PULL, PAIR, DEALER...), a receive
+        that takes the node's lock also takes up to :data:`PREFETCH` messages already there
+        into the socket's inbox, in order; the next receives take them from there without
+        the lock. Their credits go back to the senders when they are taken."""
+        inbox = self._inbox
+        if inbox:
+            try:
+                return inbox.popleft()[0]
+            except IndexError:  # another thread took the last one meanwhile
+                pass
+        if self._prefetch:
+            return self._take(self._take_ahead, timeout, "recv")[0]
+        return self._take(self._core.try_recv_payload, timeout, "recv")
+
+    def _take_ahead(self) -> tuple[bytes, tuple[str, str]] | None:
+        """Under the node's lock: the next message with its source, and what else is there
+        (up to :data:`PREFETCH` in all) into the inbox behind what it holds already."""
+        inbox = self._inbox
+        if not inbox:
+            for peer, _, payloads in self._core.try_recv_runs(PREFETCH):
+                inbox.extend(zip(payloads, repeat(peer)))
+        try:
+            return inbox.popleft()
+        except IndexError:
+            return None
+
+    def _from_inbox(self, max_items: int) -> list[tuple[bytes, tuple[str, str]]]:
+        """Up to ``max_items`` messages from the inbox, in order (threads may share it)."""
+        inbox = self._inbox
+        out = []
+        try:
+            for _ in range(max_items):
+                out.append(inbox.popleft())
+        except IndexError:
+            pass
+        return out
+
+    def _recv_runs(self, max_items: int, timeout: float | None
+                   ) -> list[tuple[tuple[str, str], bytes | None, list[bytes]]]:
+        """As :meth:`recv_many`, with each message's source and topic, by runs of one link's
+        messages: ``(source, topic, payloads)`` (for the Spark collector's spool)."""
+        if self._inbox:
+            runs: list[tuple[tuple[str, str], bytes | None, list[bytes]]] = []
+            for payload, source in self._from_inbox(max_items):
+                if runs and runs[-1][0] == source:
+                    runs[-1][2].append(payload)
+                else:
+                    runs.append((source, None, [payload]))
+            if runs:
+                return runs
+        core = self._core
+        return self._take(lambda: core.try_recv_runs(max_items) or None, timeout, "recv_many")
+
+    def _take(self, take: Callable[[], _T | None], timeout: float | None, what: str) -> _T:
+        """Under the node's lock: ``take()`` until it gives something (not None), waiting for
+        the network in between; then hand credits and the rest to the transport."""
+        _check_timeout(timeout)
+        drv = self.node._driver
+        core = self._core
+        deadline = -1.0  # set on the first wait: a message already there costs no clock read
+        with drv.lock:
+            while True:
+                now = time.monotonic()
+                core.node.now = now
+                out = take()
+                if out is not None:
+                    self.node._after_call()
+                    return out
+                self._check_open()
+                deadline, left = _time_left(timeout, deadline, now,
+                                            f"nothing to receive on {self.id.tag!r}",
+                                            f"{what} on {self.id.tag!r}")
+                drv.wait(left)
+
+    def subscribe(self, topic: bytes | str) -> None:
+        """SUB: receive messages whose topic starts with ``topic`` (b"" = everything)."""
+        self._pattern_call("subscribe", topic)
+
+    def unsubscribe(self, topic: bytes | str) -> None:
+        self._pattern_call("unsubscribe", topic)
+
+    def join(self, group: str | bytes) -> None:
+        """DISH: receive what RADIOs send to ``group``."""
+        self._pattern_call("join", group)
+
+    def leave(self, group: str | bytes) -> None:
+        """DISH: stop being a member of ``group`` (what was already sent to it still comes)."""
+        self._pattern_call("leave", group)
+
+    def members(self, group: str | bytes, timeout: float | None = 0) -> list[SocketId]:
+        """RADIO: the DISH sockets a send to ``group`` reaches now (the view), waiting up to
+        ``timeout`` seconds (None: for ever) for it to be non-empty."""
+        method = getattr(self._core, "members", None)
+        if method is None:
+            raise UsageError(f"a {self.kind} socket has no members()")
+        _check_timeout(timeout)
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        with drv.lock:
+            while True:
+                self._check_open()
+                got = method(group)
+                left = None if deadline is None else deadline - time.monotonic()
+                if got or (left is not None and left <= 0):
+                    return [SocketId(*peer) for peer in got]
+                drv.wait(0.05 if left is None else min(left, 0.05))
+
+    def _open_buffer(self, due: float, room: int | None = None) -> None:
+        """Under the node's lock: let the next sends wait in the buffer, as many as the
+        links' credits take now (``room``, at most :data:`SEND_BUFFER`), for a turn by
+        ``due``."""
+        if room is None:
+            room = self._core.send_room()
+        if not self._sbuf.open(min(room, SEND_BUFFER)):
+            return
+        node = self.node
+        node._buffering.add(self)
+        node._driver.wake_by(due)
+
+    def _close_buffer(self) -> None:
+        """Under the node's lock: every send takes the node's lock again (once what the
+        buffer holds has gone: a send may have come since it was last drained)."""
+        node = self.node
+        if self._sbuf.shut() or self in node._stalled:  # (stalled: retried every turn, with
+            node._buffering.discard(self)  # no deadline of its own: one would spin)
+
+    def _drain(self, now: float) -> bool:
+        """Under the node's lock: hand the buffered sends to the core, in order (True when
+        some went), and stop the buffer taking more until it is opened again. What no link
+        can take now (one went away) stays first in line, retried on every turn."""
+        items = self._sbuf.take()
+        node = self.node
+        if not items:
+            node._stalled.discard(self)
+            return False
+        core = self._core
+        core.node.now = now
+        went = core.try_send_many(items)
+        if went < len(items):
+            self._sbuf.put_back(items[went:])
+            node._stalled.add(self)
+        else:
+            node._stalled.discard(self)
+        return went > 0
+
+    def _why_blocked(self) -> str:
+        why = self._core.blocked_reason()
+        return f" ({why})" if why else ""
+
+    def _pattern_call(self, name: str, *args: Any) -> None:
+        method = getattr(self._core, name, None)
+        if method is None:
+            raise UsageError(f"a {self.kind} socket has no {name}()")
+        with self.node._driver.lock:
+            self._check_open()
+            method(*args)
+            self.node._after_call()
+
+    @property
+    def readable(self) -> bool:
+        if self._inbox:
+            return True
+        with self.node._driver.lock:
+            return self._core.readable
+
+    @property
+    def writable(self) -> bool:
+        with self.node._driver.lock:
+            return self._core.writable
+
+    # ------------------------------------------------------------------ options, close
+
+    def get_option(self, name: str) -> Any:
+        with self.node._driver.lock:
+            return self._core.get_option(name)
+
+    def set_option(self, name: str, value: Any) -> None:
+        with self.node._driver.lock:
+            self._core.set_option(name, value)
+            self.node._after_call()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Unlink everything cleanly (what is in flight is delivered), then free the tag.
+
+        Returns False when the timeout passed first (the socket is closed anyway)."""
+        if self._closed:
+            return True
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        clean = True
+        with drv.lock:
+            self._close_buffer()
+            while self._sbuf.items and drv.running:  # what was buffered goes before the unlink
+                self._drain(time.monotonic())
+                left = None if deadline is None else deadline - time.monotonic()
+                if not self._sbuf.items or (left is not None and left <= 0):
+                    break
+                drv.wait(0.05 if left is None else min(left, 0.05))
+            if self._sbuf.clear():  # no link took them in time: they were not sent
+                clean = False
+                self.node._stalled.discard(self)
+            self._core.close(time.monotonic())
+            self.node._after_call()
+            while not self._core.is_drained and drv.running:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    clean = False
+                    break
+                drv.wait(0.05 if left is None else min(left, 0.05))
+            self._closed = True
+            self.node._forget_socket(self.id.tag)
+        return clean
+
+    def __enter__(self) -> Socket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(timeout=5)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed(f"socket {self.id.tag!r} is closed")
+        self.node._check_open()
+
+    def __repr__(self) -> str:
+        return f"<a3m.Socket {self.kind} {self.id.node}/{self.id.tag}>"
+
+
+class Poller:
+    """Wait on several sockets at once (pyzmq style)."""
+
+    def __init__(self) -> None:
+        self._sockets: dict[Socket, int] = {}
+
+    def register(self, socket: Socket, events: int = POLLIN | POLLOUT) -> None:
+        self._sockets[socket] = events
+
+    def unregister(self, socket: Socket) -> None:
+        self._sockets.pop(socket, None)
+
+    def _ready(self) -> list[tuple[Socket, int]]:
+        return [r for sock in self._sockets for r in self._ready_one(sock)]
+
+    def poll(self, timeout: float | None = None) -> list[tuple[Socket, int]]:
+        """Sockets with the events they are ready for; empty when the timeout passes."""
+        deadline = _deadline(timeout)
+        nodes = {s.node for s in self._sockets}
+        if not nodes:
+            if timeout:
+                time.sleep(timeout)
+            return []
+        single = next(iter(nodes)) if len(nodes) == 1 else None
+        while True:
+            if single is not None:
+                with single._driver.lock:
+                    ready = self._ready()
+                    if ready:
+                        return ready
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return []
+                    single._driver.wait(left)
+            else:
+                ready = []
+                for sock in self._sockets:
+                    with sock.node._driver.lock:
+                        ready.extend(self._ready_one(sock))
+                if ready:
+                    return ready
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return []
+                time.sleep(0.002 if left is None else min(left, 0.002))
+
+    def _ready_one(self, sock: Socket) -> list[tuple[Socket, int]]:
+        wanted = self._sockets[sock]
+        ev = 0
+        if wanted & POLLIN and (sock._inbox or sock._core.readable):
+            ev |= POLLIN
+        if wanted & POLLOUT and sock._core.writable:
+            ev |= POLLOUT
+        return [(sock, ev)] if ev else []
