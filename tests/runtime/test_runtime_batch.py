@@ -6,26 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from contextlib import AbstractContextManager
 
 import pytest
 
 import a3m
 import a3m.aio
 
+from .streams import push_pull
 
-def pair(capacity: int = 256) -> tuple[a3m.Node, a3m.Node, a3m.Socket, a3m.Socket]:
-    a, b = a3m.Node("batch-a"), a3m.Node("batch-b")
-    a.associate(b.id, b.address)
-    pull = b.socket(a3m.PULL, "in", capacity=capacity, capacity_max=0)
-    push = a.socket(a3m.PUSH, "out")
-    push.link((b.id, "in"))
-    assert push.wait_linked(timeout=5)
-    return a, b, push, pull
+
+def pair(capacity: int = 256
+         ) -> AbstractContextManager[tuple[a3m.Node, a3m.Node, a3m.Socket, a3m.Socket]]:
+    return push_pull("batch", capacity)
 
 
 def test_a_stream_of_batches_arrives_once_in_order() -> None:
-    a, b, push, pull = pair()
-    try:
+    with pair() as (a, b, push, pull):
         msgs = [b"m%d" % i for i in range(20_000)]
         got: list[bytes] = []
 
@@ -41,14 +38,10 @@ def test_a_stream_of_batches_arrives_once_in_order() -> None:
         assert got == msgs
         with pytest.raises(a3m.Timeout):
             pull.recv_many(10, timeout=0.2)  # nothing more: no duplicate
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_the_windows_stop_a_batch_and_it_says_how_far_it_went() -> None:
-    a, b, push, pull = pair(capacity=16)
-    try:
+    with pair(capacity=16) as (a, b, push, pull):
         assert push.send_many([b"x%d" % i for i in range(100)], timeout=1.0) == 16
         with pytest.raises(a3m.WouldBlock):  # no credit left: nothing could go
             push.send_many([b"y"], timeout=0)
@@ -62,9 +55,6 @@ def test_the_windows_stop_a_batch_and_it_says_how_far_it_went() -> None:
             pull.recv_many(0)
         with pytest.raises(a3m.UsageError):
             push.send_many(["not bytes"])  # type: ignore[list-item]
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_the_asyncio_forms() -> None:
@@ -94,8 +84,7 @@ def test_the_asyncio_forms() -> None:
 def test_send_many_travels_as_batches_and_so_does_a_stream_of_sends() -> None:
     """BATCH on the wire: a ``send_many`` costs the transport one message per BATCH, and
     ``send`` one by one in a tight loop is gathered within ``cork_s`` the same way."""
-    a, b, push, pull = pair(capacity=4096)
-    try:
+    with pair(capacity=4096) as (a, b, push, pull):
         got: list[bytes] = []
 
         def reader(n: int) -> None:
@@ -115,27 +104,15 @@ def test_send_many_travels_as_batches_and_so_does_a_stream_of_sends() -> None:
         assert got == [b"b%d" % i for i in range(2000)] + [b"s%d" % i for i in range(2000)]
         assert batched <= 8  # 500 x ~5 B: one BATCH per call
         assert one_by_one < 1000  # most sends shared a BATCH (all of them alone: 2000)
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_cork_s_is_checked_and_zero_still_delivers() -> None:
     """(That ``cork_s=0`` hands each send off alone is not observed here: in one process a
     turn under way holds sends too. The cross-process datagram count is in
     tests/runtime/test_runtime_endpoint.py.)"""
-    a, b = a3m.Node("cork-a", cork_s=0), a3m.Node("cork-b")
-    try:
-        a.associate(b.id, b.address)
-        pull = b.socket(a3m.PULL, "in")
-        push = a.socket(a3m.PUSH, "out")
-        push.link((b.id, "in"))
-        assert push.wait_linked(timeout=5)
+    with push_pull("cork", cork_s=0) as (_, _, push, pull):
         for i in range(50):
             push.send(b"%d" % i, timeout=5)
             assert pull.recv(timeout=5) == b"%d" % i
         with pytest.raises(a3m.UsageError):
             a3m.Node("cork-c", cork_s=-1)
-    finally:
-        a.close(5)
-        b.close(5)

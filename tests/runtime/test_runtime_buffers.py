@@ -7,24 +7,22 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 
 import a3m
 
+from .streams import push_pull
+
 WINDOW = 0.01  # the longest cork window: the buffer stays open 10 ms after a send
 
 
-def pair(capacity: int = 256, **options: object
-         ) -> tuple[a3m.Node, a3m.Node, a3m.Socket, a3m.Socket]:
-    a = a3m.Node("buf-a", cork_s=WINDOW, **options)  # type: ignore[arg-type]
-    b = a3m.Node("buf-b")
-    a.associate(b.id, b.address)
-    pull = b.socket(a3m.PULL, "in", capacity=capacity, capacity_max=0)
-    push = a.socket(a3m.PUSH, "out")
-    push.link((b.id, "in"))
-    assert push.wait_linked(timeout=5)
-    return a, b, push, pull
+def pair(capacity: int = 256, **options: Any
+         ) -> AbstractContextManager[tuple[a3m.Node, a3m.Node, a3m.Socket, a3m.Socket]]:
+    options.setdefault("cork_s", WINDOW)
+    return push_pull("buf", capacity, **options)
 
 
 def recv_all(pull: a3m.Socket, n: int) -> list[bytes]:
@@ -56,8 +54,7 @@ def in_thread(fn: object) -> threading.Thread:
 
 
 def test_a_stream_of_sends_waits_in_the_buffer_without_the_node_lock() -> None:
-    a, b, push, pull = pair()
-    try:
+    with pair() as (a, b, push, pull):
         openers = hold_open_buffer(a, push)
         try:
             sent: list[bytes] = []
@@ -78,14 +75,10 @@ def test_a_stream_of_sends_waits_in_the_buffer_without_the_node_lock() -> None:
         assert after_openers == sent
         with pytest.raises(a3m.Timeout):
             pull.recv(timeout=0.2)
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_send_many_goes_through_an_open_buffer_whole() -> None:
-    a, b, push, pull = pair()
-    try:
+    with pair() as (a, b, push, pull):
         openers = hold_open_buffer(a, push)
         try:
             room = push._sbuf.room
@@ -106,14 +99,10 @@ def test_send_many_goes_through_an_open_buffer_whole() -> None:
         assert more and 0 < more[0] <= room - 9  # as far as the credits went
         got = recv_all(pull, openers + 10 + more[0])
         assert [m for m in got if m.startswith(b"b")] == [b"b%d" % i for i in range(10)]
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_buffered_sends_never_outrun_the_credits() -> None:
-    a, b, push, pull = pair(capacity=64)
-    try:
+    with pair(capacity=64) as (a, b, push, pull):
         accepted = 0
         with pytest.raises(a3m.WouldBlock):
             for i in range(1000):  # one stream, well within the window: through the buffer
@@ -123,15 +112,11 @@ def test_buffered_sends_never_outrun_the_credits() -> None:
         assert recv_all(pull, 64) == [b"x%d" % i for i in range(64)]
         push.send(b"more", timeout=5)
         assert pull.recv(timeout=5) == b"more"
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_buffered_sends_wait_for_another_link_when_theirs_went_away() -> None:
-    a, b, push, pull = pair()
-    spare = b.socket(a3m.PULL, "spare")
-    try:
+    with pair() as (a, b, push, pull):
+        spare = b.socket(a3m.PULL, "spare")
         hold_open_buffer(a, push)
         try:
             def stream() -> None:
@@ -153,15 +138,11 @@ def test_buffered_sends_wait_for_another_link_when_theirs_went_away() -> None:
         assert push.wait_linked((b.id, "spare"), timeout=5)
         push.send(b"later", timeout=5)
         assert recv_all(spare, 21) == [b"s%d" % i for i in range(20)] + [b"later"]
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 @pytest.mark.parametrize("how", ["close", "flush"])
 def test_close_and_flush_send_what_the_buffer_holds(how: str) -> None:
-    a, b, push, pull = pair()
-    try:
+    with pair() as (a, b, push, pull):
         openers = hold_open_buffer(a, push)
         try:
             in_thread(lambda: [push.send(b"c%d" % i, timeout=0) for i in range(30)]).join(5)
@@ -174,27 +155,14 @@ def test_close_and_flush_send_what_the_buffer_holds(how: str) -> None:
         assert push.close(timeout=5)
         got = recv_all(pull, openers + 30)
         assert [m for m in got if m.startswith(b"c")] == [b"c%d" % i for i in range(30)]
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_cork_s_zero_never_opens_the_buffer() -> None:
-    a = a3m.Node("buf-z", cork_s=0.0)
-    b = a3m.Node("buf-zb")
-    try:
-        a.associate(b.id, b.address)
-        pull = b.socket(a3m.PULL, "in")
-        push = a.socket(a3m.PUSH, "out")
-        push.link((b.id, "in"))
-        assert push.wait_linked(timeout=5)
+    with pair(cork_s=0.0) as (a, b, push, pull):
         for i in range(200):
             push.send(b"z%d" % i, timeout=5)
             assert push._sbuf.room == 0
         assert recv_all(pull, 200) == [b"z%d" % i for i in range(200)]
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def arrived(pull: a3m.Socket, n: int) -> None:
@@ -209,8 +177,7 @@ def arrived(pull: a3m.Socket, n: int) -> None:
 
 
 def test_a_receive_takes_ahead_and_the_next_need_no_lock() -> None:
-    a, b, push, pull = pair()
-    try:
+    with pair() as (a, b, push, pull):
         assert push.send_many([b"r%d" % i for i in range(50)], timeout=5) == 50
         arrived(pull, 50)
         assert pull.recv(timeout=5) == b"r0"
@@ -221,14 +188,10 @@ def test_a_receive_takes_ahead_and_the_next_need_no_lock() -> None:
             t.join(5)
             assert not t.is_alive()
         assert got == [b"r%d" % i for i in range(1, 11)]
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_poll_and_readable_see_what_the_inbox_holds() -> None:
-    a, b, push, pull = pair()
-    try:
+    with pair() as (a, b, push, pull):
         push.send_many([b"p0", b"p1"], timeout=5)
         arrived(pull, 2)
         assert pull.recv(timeout=5) == b"p0"
@@ -238,14 +201,10 @@ def test_poll_and_readable_see_what_the_inbox_holds() -> None:
         assert poller.poll(0) == [(pull, a3m.POLLIN)]
         assert pull.recv(timeout=0) == b"p1"
         assert not pull.readable and poller.poll(0) == []
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_every_receive_form_keeps_order_across_the_inbox() -> None:
-    a, b, push, pull = pair(capacity=4096)
-    try:
+    with pair(capacity=4096) as (a, b, push, pull):
         msgs = [b"o%d" % i for i in range(3000)]
         t = in_thread(lambda: [push.send(m, timeout=30) for m in msgs])
         got: list[bytes] = []
@@ -269,9 +228,6 @@ def test_every_receive_form_keeps_order_across_the_inbox() -> None:
         assert got == msgs
         with pytest.raises(a3m.Timeout):
             pull.recv(timeout=0.2)
-    finally:
-        a.close(5)
-        b.close(5)
 
 
 def test_patterns_with_their_own_receive_hooks_take_nothing_ahead() -> None:

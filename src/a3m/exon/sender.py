@@ -73,7 +73,7 @@ class SenderPart(ProtocolState):
         rec = self._sr.get(dst)
         if rec is None or self._closing:
             return 0
-        return max(0, min(self._peer_window(rec) - len(rec.queue) - len(rec.tokens),
+        return max(0, min(self._peer_window(rec) - rec.pending,
                           self.config.window_global - self._pending_total))
 
     def in_flight(self) -> int:

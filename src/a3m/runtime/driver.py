@@ -246,6 +246,17 @@ class Driver:
             if self._running and proto.has_output():
                 self._send_now()  # nobody else may be awake to send it soon
 
+    def wait_until(self, done: Callable[[], bool], deadline: float | None,
+                   step: float = 0.05) -> bool:
+        """Under the lock: :meth:`wait` in steps of at most ``step`` seconds until ``done()``;
+        False when the monotonic ``deadline`` (None: none) passes first."""
+        while not done():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self.wait(step if left is None else min(left, step))
+        return True
+
     def _wait_for_input(self, sock: socket.socket, wait_s: float) -> None:
         """A leader's wait for the socket, the wake-up pipe or ``wait_s``: either a plain
         ``select``, or first a brief poll of up to ``busy_poll_s`` (see :meth:`_poll`)."""

@@ -115,7 +115,6 @@ class Endpoint:
         self._sdst: str | None = None
         self._fast_size = 0
         self._buffering = False  # the buffer is open, or holds sends: the turn looks at it
-        self._stalled = False  # it holds sends the windows did not take: retried each turn
         self._driver = Driver(self._proto, bind, self._on_events, name=f"a3m-io-{self.id}",
                               busy_poll_s=config.busy_poll_s, upper_timer=self._cork_deadline,
                               on_turn=self._on_turn, upper_output=self._buffered)
@@ -194,7 +193,7 @@ class Endpoint:
                     continue
                 cork = self._cork  # (a stream waits for the turn: see runtime/cork.py)
                 if cork.follows(now):
-                    if not receipt and not buf.room and not self._stalled:
+                    if not receipt and not buf.room and not buf.stalled:
                         self._open_buffer(node_id)
                     drv.wake_by(cork.due(now))
                 else:
@@ -204,7 +203,7 @@ class Endpoint:
     def _cork_deadline(self) -> float | None:
         """The end of the cork window while the protocol holds output or the buffer is
         open (see :meth:`send`)."""
-        if (self._buffering and not self._stalled) or self._proto.has_output():
+        if (self._buffering and not self._sbuf.stalled) or self._proto.has_output():
             return self._cork.until
         return None
 
@@ -222,31 +221,29 @@ class Endpoint:
 
     def _drain(self, now: float) -> bool:
         """Under the lock: hand the buffered sends to the protocol, in order (True when some
-        went). What the windows do not admit now stays first in line."""
-        items = self._sbuf.take()
-        if not items:
-            self._stalled = False
-            return False
+        went; :meth:`SendBuffer.drain`). What the windows do not admit now stays first in
+        line, retried on every turn."""
         proto = self._proto
-        i, n = 0, len(items)
-        while i < n:
-            dst = items[i][0]
-            j = i + 1  # the run of sends to one node, in bulk
-            while j < n and items[j][0] == dst:
-                j += 1
-            run = [payload for _, payload in items[i:j]]
-            went = proto.send_many(dst, run, now)
-            if not went:  # the windows are full, or the first needs fragments
-                try:
-                    proto.send(dst, run[0], now)
+
+        def hand(items: list[tuple[str, bytes]]) -> int:
+            i, n = 0, len(items)
+            while i < n:
+                dst = items[i][0]
+                j = i + 1  # the run of sends to one node, in bulk
+                while j < n and items[j][0] == dst:
+                    j += 1
+                run = [payload for _, payload in items[i:j]]
+                went = proto.send_many(dst, run, now)
+                if not went:  # the windows are full, or the first needs fragments
+                    try:
+                        proto.send(dst, run[0], now)
+                    except WouldBlock:
+                        return i
                     went = 1
-                except WouldBlock:
-                    self._sbuf.put_back(items[i:])
-                    self._stalled = True
-                    return i > 0
-            i += went
-        self._stalled = False
-        return True
+                i += went
+            return n
+
+        return self._sbuf.drain(hand)
 
     def _on_turn(self, now: float) -> None:
         """The I/O thread's turn (or a leader leaving): drain the buffer; open it again
@@ -254,11 +251,11 @@ class Endpoint:
         if not self._buffering:
             return
         if self._drain(now):
-            if not self._stalled and self._sdst is not None:
+            if not self._sbuf.stalled and self._sdst is not None:
                 self._open_buffer(self._sdst)
                 self._driver.wake_by(self._cork.due(now))
                 return
-        elif self._stalled or now < self._cork.until:
+        elif self._sbuf.stalled or now < self._cork.until:
             return
         if self._sbuf.shut():
             self._buffering = False
@@ -386,16 +383,18 @@ class Endpoint:
         deadline = _deadline(timeout)
         drv = self._driver
         with drv.lock:  # what waits in the buffer leaves first
-            self._sbuf.shut()
-            while self._sbuf.items and drv.running:
-                self._drain(time.monotonic())
-                left = _remaining(deadline)
-                if not self._sbuf.items or (left is not None and left <= 0):
-                    break
-                drv.wake()
-                drv.wait(0.05 if left is None else min(left, 0.05))
-            given_up = bool(self._sbuf.clear())
-            self._buffering = self._stalled = False
+            buf = self._sbuf
+            buf.shut()
+
+            def sent() -> bool:
+                if buf.items and drv.running:
+                    self._drain(time.monotonic())
+                    drv.wake()
+                return not buf.items or not drv.running
+
+            drv.wait_until(sent, deadline)
+            given_up = bool(buf.clear())
+            self._buffering = False
         clean = self._driver.close_protocol(deadline) and not given_up
         self._closed = True
         return clean

@@ -242,12 +242,8 @@ class Node:
             for core in hidden:
                 core.close(time.monotonic())
             self._after_call()
-            while not all(c.is_drained for c in hidden) and drv.running:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                drv.wait(0.05 if left is None else min(left, 0.05))
-        return True
+            return drv.wait_until(lambda: all(c.is_drained for c in hidden) or not drv.running,
+                                  deadline)
 
     def _list_nodes(self, now: float) -> None:
         """Tell the core of the nodes the discovery source lists (RADIOs look among them);
@@ -306,7 +302,7 @@ class Node:
         if not cork.follows(now):
             self._after_call()
             return
-        if sock is not None and sock._sbuf.room == 0 and sock not in self._stalled:
+        if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
             sock._open_buffer(cork.due(now))
         if self._bridge.has_output() and not self._driver.turn_under_way:
             self._driver.wake_by(cork.due(now))
@@ -325,7 +321,7 @@ class Node:
             if sock._drain(now):
                 moved = True
                 room = sock._core.send_room()
-                if room > 0 and sock not in self._stalled:
+                if room > 0 and not sock._sbuf.stalled:
                     sock._open_buffer(cork.due(now), room)
                     continue
             elif now < cork.until:

@@ -7,19 +7,23 @@ call that takes that lock, so order holds (lock order: the node's, then the buff
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
 
 
 class SendBuffer(Generic[_T]):
-    __slots__ = ("_lock", "items", "room")
+    __slots__ = ("_lock", "items", "room", "stalled")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.items: list[_T] = []
         #: How many more sends it takes (0: closed, sends take the node's lock).
         self.room = 0
+        #: The last drain left sends behind (the windows or links did not take them): they
+        #: wait first in line, retried on every turn.
+        self.stalled = False
 
     def offer(self, item: _T) -> bool:
         """From any thread: queue ``item`` if the buffer has room (False: take the lock)."""
@@ -40,20 +44,25 @@ class SendBuffer(Generic[_T]):
                 return True
         return False
 
-    def take(self) -> list[_T]:
-        """Under the node's lock: what waits, in order; the buffer takes nothing more until it
-        opens again (when there was something)."""
+    def drain(self, hand: Callable[[list[_T]], int]) -> bool:
+        """Under the node's lock: hand what waits on, in order (``hand`` returns how many it
+        took); True when some went. The buffer takes nothing more until it opens again (when
+        there was something). What ``hand`` did not take stays first in line, and the buffer
+        is :attr:`stalled` until a drain takes it all."""
         with self._lock:
             items = self.items
             if items:
                 self.items = []
                 self.room = 0
-        return items
-
-    def put_back(self, items: list[_T]) -> None:
-        """Under the node's lock: ``items`` (taken, not sent) are first in line again."""
-        with self._lock:
-            self.items[:0] = items
+        if not items:
+            self.stalled = False
+            return False
+        went = hand(items)
+        self.stalled = went < len(items)
+        if self.stalled:
+            with self._lock:
+                self.items[:0] = items[went:]
+        return went > 0
 
     def open(self, room: int) -> bool:
         """Under the node's lock: take up to ``room`` sends (less what waits already); False
@@ -74,4 +83,5 @@ class SendBuffer(Generic[_T]):
         with self._lock:
             items, self.items = self.items, []
             self.room = 0
+        self.stalled = False
         return items

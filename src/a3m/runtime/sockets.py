@@ -425,27 +425,21 @@ class Socket:
         """Under the node's lock: every send takes the node's lock again (once what the
         buffer holds has gone: a send may have come since it was last drained)."""
         node = self.node
-        if self._sbuf.shut() or self in node._stalled:  # (stalled: retried every turn, with
+        if self._sbuf.shut() or self._sbuf.stalled:  # (stalled: retried every turn, with
             node._buffering.discard(self)  # no deadline of its own: one would spin)
 
     def _drain(self, now: float) -> bool:
         """Under the node's lock: hand the buffered sends to the core, in order (True when
-        some went), and stop the buffer taking more until it is opened again. What no link
-        can take now (one went away) stays first in line, retried on every turn."""
-        items = self._sbuf.take()
-        node = self.node
-        if not items:
-            node._stalled.discard(self)
-            return False
-        core = self._core
-        core.node.now = now
-        went = core.try_send_many(items)
-        if went < len(items):
-            self._sbuf.put_back(items[went:])
-            node._stalled.add(self)
+        some went; :meth:`SendBuffer.drain`). What no link can take now (one went away)
+        stays first in line: the node retries the socket on every turn."""
+        self._core.node.now = now
+        buf = self._sbuf
+        moved = buf.drain(self._core.try_send_many)
+        if buf.stalled:
+            self.node._stalled.add(self)
         else:
-            node._stalled.discard(self)
-        return went > 0
+            self.node._stalled.discard(self)
+        return moved
 
     def _why_blocked(self) -> str:
         why = self._core.blocked_reason()
@@ -494,23 +488,22 @@ class Socket:
         clean = True
         with drv.lock:
             self._close_buffer()
-            while self._sbuf.items and drv.running:  # what was buffered goes before the unlink
-                self._drain(time.monotonic())
-                left = None if deadline is None else deadline - time.monotonic()
-                if not self._sbuf.items or (left is not None and left <= 0):
-                    break
-                drv.wait(0.05 if left is None else min(left, 0.05))
-            if self._sbuf.clear():  # no link took them in time: they were not sent
+            buf = self._sbuf
+
+            def sent() -> bool:  # what was buffered goes before the unlink
+                if buf.items and drv.running:
+                    self._drain(time.monotonic())
+                return not buf.items or not drv.running
+
+            drv.wait_until(sent, deadline)
+            if buf.clear():  # no link took them in time: they were not sent
                 clean = False
                 self.node._stalled.discard(self)
             self._core.close(time.monotonic())
             self.node._after_call()
-            while not self._core.is_drained and drv.running:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    clean = False
-                    break
-                drv.wait(0.05 if left is None else min(left, 0.05))
+            core = self._core
+            clean = drv.wait_until(lambda: core.is_drained or not drv.running,
+                                   deadline) and clean
             self._closed = True
             self.node._forget_socket(self.id.tag)
         return clean
