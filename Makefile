@@ -10,7 +10,10 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The compiled fast path (setup.py, mypyc) is rebuilt when a compiled module's source changes.
+COMPILED_SOURCES := $(wildcard src/a3m/core/*.py src/a3m/exon/*.py src/a3m/exon/secure/*.py)
+
+$(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip wheel >/dev/null
 	$(BIN)/python -m pip install -e '.[spark,bench,dev]'
@@ -23,6 +26,8 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+	# the Python sources of the compiled cores, through their own tests and the simulations
+	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/exon tests/core tests/sim tests/test_compiled.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
@@ -35,3 +40,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	find src -name '*.so' -delete

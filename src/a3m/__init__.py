@@ -7,7 +7,15 @@ then the runtimes and integrations.
 
 from __future__ import annotations
 
-from a3m.errors import (
+import os as _os
+
+from a3m import _compiled
+
+#: True when the sans-I/O cores run compiled by mypyc; False: their Python sources
+#: (``A3M_PURE_PYTHON=1``, no C compiler at install, or sources edited since the build).
+COMPILED = _compiled.activate(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+
+from a3m.errors import (  # noqa: E402
     A3MError,
     Broken,
     Closed,

@@ -25,6 +25,8 @@ class Pair:
         self.events: dict[str, list[Event]] = {i: [] for i in ids}
         self.filter: Filter | None = None
         self.wire_log: list[tuple[str, str, bytes]] = []
+        #: Nodes whose application reads nothing: deliveries are not reported as consumed.
+        self.not_reading: set[str] = set()
 
     def start(self, node_id: str) -> ExonProtocol:
         p = ExonProtocol(node_id, self.config, Random(1), self.stores.setdefault(
@@ -67,7 +69,7 @@ class Pair:
         for nid, p in self.nodes.items():
             for ev in p.drain_events():
                 self.events.setdefault(nid, []).append(ev)
-                if isinstance(ev, Delivered):
+                if isinstance(ev, Delivered) and nid not in self.not_reading:
                     p.consumed(len(ev.payload))
 
     def advance(self, dt: float) -> None:

@@ -53,8 +53,11 @@ def register(workload: Workload) -> None:
 
 
 def machine() -> dict[str, Any]:
+    import a3m
+
+    # compiled: the sans-I/O cores ran as mypyc's extensions (False: their Python sources).
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "compiled": a3m.COMPILED}
 
 
 def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _: None,

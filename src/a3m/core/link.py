@@ -17,6 +17,8 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core.credits import CreditBudget, RecvCredits, SendCredits
 from a3m.core.message import Metadata
 
@@ -85,6 +87,7 @@ TRANSITIONS: Final[dict[tuple[State, Ev], State]] = {
 }
 
 
+@mypyc_attr(native_class=False)  # compiled: an exception of a builtin type
 class IllegalTransition(AssertionError):
     def __init__(self, state: State, ev: Ev) -> None:
         super().__init__(f"link in state {state.value} cannot take event {ev.name}")

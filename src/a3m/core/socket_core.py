@@ -15,6 +15,8 @@ from itertools import accumulate, chain
 from random import Random
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core import message as m
 from a3m.core.link import (
     ALREADY_LINKED,
@@ -76,6 +78,7 @@ class SocketOptions:
     keepalive_s: float = 5.0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the patterns subclass it
 class SocketCore:
     """A socket's engine. Subclass it to make a socket pattern (see the extension points)."""
 

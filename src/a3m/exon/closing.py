@@ -4,10 +4,11 @@ linger").
 
 from __future__ import annotations
 
-from a3m.exon.state import _REQSLOTS, _REQSLOTS_PACK, _REVOKE, _REVOKE_PACK, ProtocolState, _Linger
+from a3m.exon.restarts import RestartsPart
+from a3m.exon.state import _REQSLOTS, _REQSLOTS_PACK, _REVOKE, _REVOKE_PACK, _Linger
 
 
-class ClosingPart(ProtocolState):
+class ClosingPart(RestartsPart):
     """Closing this node, and lingering after."""
 
     def close(self, now: float) -> None:

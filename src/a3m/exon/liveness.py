@@ -5,12 +5,13 @@ up (``docs/exon-wire.md``, "Peer liveness").
 from __future__ import annotations
 
 from a3m.exon import wire
+from a3m.exon.closing import ClosingPart
 from a3m.exon.events import PeerReachable, PeerUnreachable, Writable
 from a3m.exon.records import Message, SendRecord
-from a3m.exon.state import MAX_UNREACHABLE, ProtocolState
+from a3m.exon.state import MAX_UNREACHABLE
 
 
-class LivenessPart(ProtocolState):
+class LivenessPart(ClosingPart):
     """Peers that stop answering."""
 
     def abandon(self, peer: str, now: float) -> int:

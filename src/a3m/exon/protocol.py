@@ -22,15 +22,11 @@ import heapq
 
 from a3m.errors import UsageError
 from a3m.exon import wire
-from a3m.exon.closing import ClosingPart
 from a3m.exon.events import Delivered, Event
 from a3m.exon.liveness import LivenessPart
-from a3m.exon.receiver import ReceiverPart
 from a3m.exon.records import INF, RecvRecord, SendRecord
-from a3m.exon.restarts import RestartsPart
 from a3m.exon.secure import parse_public_key
 from a3m.exon.secure.packets import SEALED_OVERHEAD
-from a3m.exon.sender import SenderPart
 from a3m.exon.state import (
     _ACK,
     _FLAG_RETRANSMIT,
@@ -48,14 +44,15 @@ from a3m.exon.state import (
 __all__ = ["ExonProtocol", "ExonStats"]
 
 
-class ExonProtocol(SenderPart, ReceiverPart, RestartsPart, ClosingPart, LivenessPart):
+class ExonProtocol(LivenessPart):
     """One Exon node, without I/O. See ``docs/design.md`` section 1 for the driving contract.
 
     The rules live in its parts (``sender``, ``receiver``, ``restarts``, ``closing``,
     ``liveness``); this class dispatches datagrams, timers and output to them.
     """
 
-    def associate(self, node_id: str, addr: Address, public_key: bytes | None = None) -> None:
+    def associate(self, node_id: str, addr: Address,
+                  public_key: str | bytes | None = None) -> None:
         """Register the address of ``node_id`` by hand (traffic from it updates it later), and
         pin its long-term key when ``public_key`` is given: no other key may speak as it."""
         wire.encode_id(node_id)

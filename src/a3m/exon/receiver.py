@@ -9,6 +9,7 @@ from typing import Any
 from a3m.exon import wire
 from a3m.exon.events import Delivered
 from a3m.exon.records import INF, Reassembly, RecvRecord
+from a3m.exon.sender import SenderPart
 from a3m.exon.state import (
     _RANGE_SIZE,
     _REVOKE,
@@ -17,7 +18,6 @@ from a3m.exon.state import (
     _SLOTS_PACK,
     _VOID,
     _VOID_PACK,
-    ProtocolState,
 )
 
 #: ACKs repeat the slots consumed within this many below the highest received (so a lost ACK
@@ -25,7 +25,7 @@ from a3m.exon.state import (
 REACK_SPAN = 1024
 
 
-class ReceiverPart(ProtocolState):
+class ReceiverPart(SenderPart):
     """Receiving from peers: the receive records and the ACKs they owe."""
 
     def consumed(self, nbytes: int) -> None:

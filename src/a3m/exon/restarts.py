@@ -9,11 +9,12 @@ from typing import Any
 
 from a3m.exon import wire
 from a3m.exon.events import NotDelivered, OutcomeUnknown
+from a3m.exon.receiver import ReceiverPart
 from a3m.exon.records import Message, SendRecord
-from a3m.exon.state import _REQSLOTS, _REQSLOTS_PACK, _REVOKED, _REVOKED_PACK, ProtocolState
+from a3m.exon.state import _REQSLOTS, _REQSLOTS_PACK, _REVOKED, _REVOKED_PACK
 
 
-class RestartsPart(ProtocolState):
+class RestartsPart(ReceiverPart):
     """A receiver's restart or close as its senders see it."""
 
     def _on_void(self, src: str, r: int, now: float) -> None:

@@ -1,9 +1,12 @@
 """The state every part of :class:`~a3m.exon.protocol.ExonProtocol` shares, and the helpers
 they all use: the records, the output queues, the timer heap, the associations.
 
-``ExonProtocol`` is composed of parts, one module each (sender, receiver, restarts, closing,
-liveness), all subclasses of :class:`ProtocolState`; the stubs at the end of it are the calls
-one part makes into another.
+``ExonProtocol`` is composed of parts, one module each, stacked in one line of single
+inheritance: :class:`ProtocolState` <- sender <- receiver <- restarts <- closing <- liveness <-
+``ExonProtocol`` (single inheritance is what lets mypyc compile them into native classes,
+``docs/performance.md``, "The compiled fast path"). A part calls only the shared state and the
+parts below it directly; the stubs at the end of :class:`ProtocolState` are the calls it makes
+into a part above it.
 """
 
 from __future__ import annotations

@@ -38,15 +38,16 @@ class SymmetricState:
 
     __slots__ = ("ck", "h", "k", "n")
 
-    def __init__(self, prologue: bytes) -> None:
+    def __init__(self, prologue: bytes | None) -> None:
         self.h = PROTOCOL_NAME
         self.ck = PROTOCOL_NAME
         self.k: ChaCha20Poly1305 | None = None
         self.n = 0
-        self.mix_hash(prologue)
+        if prologue is not None:  # None: a blank for copy()
+            self.mix_hash(prologue)
 
     def copy(self) -> SymmetricState:
-        other = SymmetricState.__new__(SymmetricState)
+        other = SymmetricState(None)
         other.ck, other.h, other.k, other.n = self.ck, self.h, self.k, self.n
         return other
 

@@ -1,0 +1,96 @@
+"""The compiled fast path: which modules mypyc compiles, and, at import, whether the compiled
+modules or their Python sources run (``docs/performance.md``, "The compiled fast path").
+
+``setup.py`` compiles every module of :data:`PACKAGES` (the sans-I/O cores) with mypyc when a C
+compiler is there; the extension modules land beside their sources and Python's import system
+prefers them. The sources stay the reference and the fallback: they run instead when
+
+- ``A3M_PURE_PYTHON=1`` is set (the suite runs the sans-I/O tests both ways), or
+- a source is newer than its compiled module (edited since the last build; a warning says to
+  rebuild with ``make``, or ``pip install -e .``): a stale extension never shadows an edit.
+
+It is all or nothing: the compiled modules call one another natively, so one stale module
+sends the whole group back to the sources. This module never imports the modules it governs
+and is itself never compiled.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from types import ModuleType
+
+#: Packages (paths under ``src``) whose modules, ``__init__`` aside, are compiled.
+PACKAGES = ("a3m/core", "a3m/exon", "a3m/exon/secure")
+#: Set to 1 to run the Python sources even where compiled modules were built.
+PURE_ENV = "A3M_PURE_PYTHON"
+
+
+def sources(src: str) -> list[str]:
+    """The module files to compile, under the source root ``src`` (for ``setup.py``)."""
+    found = []
+    for pkg in PACKAGES:
+        folder = os.path.join(src, pkg)
+        found += sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                        if f.endswith(".py") and f != "__init__.py")
+    return found
+
+
+def _extensions(root: str) -> dict[str, tuple[str, str]]:
+    """Module name -> (source, compiled module) for each compiled module found under ``root``
+    (the folder that holds the ``a3m`` package)."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    found: dict[str, tuple[str, str]] = {}
+    for pkg in PACKAGES:
+        folder = os.path.join(root, pkg)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            for suffix in suffixes:
+                if name.endswith(suffix):
+                    stem = name[: -len(suffix)]
+                    source = os.path.join(folder, stem + ".py")
+                    if stem != "__init__" and os.path.exists(source):
+                        found[pkg.replace("/", ".") + "." + stem] = (
+                            source, os.path.join(folder, name))
+                    break
+    return found
+
+
+class SourceFinder(importlib.abc.MetaPathFinder):
+    """Imports the listed modules from their ``.py`` sources, past their compiled modules."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        source = self.files.get(fullname)
+        return None if source is None else importlib.util.spec_from_file_location(
+            fullname, source)
+
+
+def activate(root: str) -> bool:
+    """Choose between the compiled modules and the sources (see the module's docstring);
+    True when the compiled modules will run. Called once, by ``a3m/__init__.py``."""
+    found = _extensions(root)
+    if not found:
+        return False
+    stale = [name for name, (source, ext) in found.items()
+             if os.stat(source).st_mtime > os.stat(ext).st_mtime]
+    pure = os.environ.get(PURE_ENV, "") not in ("", "0")
+    if not pure and not stale:
+        return True
+    if stale and not pure:
+        warnings.warn(f"a3m: {len(stale)} source(s) changed since the compiled fast path was "
+                      f"built (e.g. {stale[0]}); running the Python sources. Rebuild with "
+                      "`make` or `pip install -e .`", RuntimeWarning, stacklevel=3)
+    sys.meta_path.insert(0, SourceFinder({name: src for name, (src, _) in found.items()}))
+    return False

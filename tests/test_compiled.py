@@ -1,0 +1,101 @@
+"""The compiled fast path (a3m/_compiled.py): the set-up builds it, the cores run it, and the
+Python sources take over when asked or when they changed since the build."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import a3m
+from a3m import _compiled
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PROBE = ("import json, a3m, a3m.exon.protocol as p, a3m.core.socket_core as s; "
+         "print(json.dumps([a3m.COMPILED, p.__file__, s.__file__]))")
+
+
+def _probe(pure: bool) -> tuple[bool, str, str]:
+    env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_ENV}
+    if pure:
+        env[_compiled.PURE_ENV] = "1"
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", PROBE],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    compiled, proto, core = json.loads(out.stdout)
+    return compiled, proto, core
+
+
+def test_every_core_module_is_compiled_by_the_set_up() -> None:
+    if os.environ.get("A3M_PURE_BUILD", "") not in ("", "0"):
+        pytest.skip("A3M_PURE_BUILD: the set-up was asked not to compile")
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for source in _compiled.sources(str(SRC)):
+        stem = source[:-3]
+        assert any(os.path.exists(stem + s) for s in suffixes), f"not compiled: {source}"
+
+
+def test_the_cores_run_compiled_unless_the_sources_are_asked_for() -> None:
+    if os.environ.get("A3M_PURE_BUILD", "") not in ("", "0"):
+        pytest.skip("A3M_PURE_BUILD: the set-up was asked not to compile")
+    compiled, proto, core = _probe(pure=False)
+    assert compiled and not proto.endswith(".py") and not core.endswith(".py")
+    compiled, proto, core = _probe(pure=True)
+    assert not compiled and proto.endswith("protocol.py") and core.endswith("socket_core.py")
+
+
+def test_this_process_runs_what_a3m_compiled_says() -> None:
+    import a3m.exon.wire as wire
+
+    assert (not wire.__file__.endswith(".py")) == a3m.COMPILED
+
+
+def _fake_tree(root: Path, source_newer: bool) -> None:
+    folder = root / "a3m" / "core"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "fastmod.py").write_text("WHO = 'source'\n")
+    ext = folder / ("fastmod" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    ext.write_bytes(b"not really an extension")
+    old = time.time() - 100
+    os.utime(folder / "fastmod.py" if not source_newer else ext, (old, old))
+
+
+@pytest.mark.parametrize("source_newer", [False, True])
+def test_a_source_edited_since_the_build_runs_instead_of_its_stale_extension(
+        tmp_path: Path, source_newer: bool) -> None:
+    _fake_tree(tmp_path, source_newer)
+    script = (
+        "import sys, warnings, json\n"
+        f"sys.path.insert(0, {str(SRC)!r})\n"
+        "from a3m import _compiled\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    on = _compiled.activate({str(tmp_path)!r})\n"
+        "print(json.dumps([on, [str(x.message) for x in w],\n"
+        "                  [type(f).__name__ for f in sys.meta_path]]))\n")
+    env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_ENV}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    on, warned, finders = json.loads(out.stdout)
+    if source_newer:
+        assert on is False and "changed since the compiled fast path was built" in warned[0]
+        assert finders[0] == "SourceFinder"
+    else:
+        assert on is True and warned == [] and "SourceFinder" not in finders
+
+
+def test_the_source_finder_loads_the_py_file_past_the_extension(tmp_path: Path) -> None:
+    _fake_tree(tmp_path, source_newer=True)
+    finder = _compiled.SourceFinder(
+        {"a3m.core.fastmod": str(tmp_path / "a3m" / "core" / "fastmod.py")})
+    spec = finder.find_spec("a3m.core.fastmod", None)
+    assert spec is not None and spec.origin is not None and spec.origin.endswith("fastmod.py")
+    assert finder.find_spec("a3m.core.other", None) is None
