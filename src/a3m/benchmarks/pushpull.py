@@ -76,17 +76,25 @@ def push_sender(address: Any, results: Any, messages: int, size: int, check: boo
             push.link("bench-rx/sink")
             if not push.wait_linked(timeout=30):
                 raise RuntimeError("could not link to bench-rx/sink")
+            # Numbered payloads only where the receiver audits them (``check``); otherwise
+            # one payload, as the baselines send (peers.py): the same work per message.
             pad = b"p" * max(0, size - SEQ.size)
+            same = SEQ.pack(0) + pad
             t0 = time.perf_counter()
             if batch:  # send_many: ``batch`` messages per call (the batch API)
                 for i in range(0, messages, batch):
-                    chunk = [SEQ.pack(j) + pad for j in range(i, min(messages, i + batch))]
+                    n = min(messages, i + batch) - i
+                    chunk = ([SEQ.pack(j) + pad for j in range(i, i + n)] if check
+                             else [same] * n)
                     done = 0
-                    while done < len(chunk):
+                    while done < n:
                         done += push.send_many(chunk[done:], timeout=120)
-            else:
+            elif check:
                 for i in range(messages):
                     push.send(SEQ.pack(i) + pad, timeout=120)
+            else:
+                for _ in range(messages):
+                    push.send(same, timeout=120)
             clean = push.close(timeout=120)
             el = time.perf_counter() - t0
             stats = node.stats
