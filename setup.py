@@ -19,7 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class OptionalBuildExt(build_ext):
-    """``build_ext`` that falls back to the Python sources instead of failing the install."""
+    """``build_ext`` that falls back to the Python sources instead of failing the install.
+
+    All or nothing: the compiled modules need their shared library (mypyc's group), so when
+    any extension fails, the ones already built are removed too."""
 
     def initialize_options(self) -> None:
         super().initialize_options()
@@ -29,17 +32,11 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # no compiler, no headers: the sources run instead
-            self._fallback(exc)
-
-    def build_extension(self, ext) -> None:  # type: ignore[no-untyped-def]
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            self._fallback(exc)
-
-    def _fallback(self, exc: Exception) -> None:
-        print(f"a3m: the compiled fast path was not built ({exc}); the Python sources run",
-              file=sys.stderr)
+            for path in self.get_outputs():
+                if os.path.exists(path):
+                    os.remove(path)
+            print(f"a3m: the compiled fast path was not built ({exc}); the Python sources "
+                  "run", file=sys.stderr)
 
 
 def ext_modules() -> list:  # type: ignore[type-arg]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.machinery
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -99,3 +100,28 @@ def test_the_source_finder_loads_the_py_file_past_the_extension(tmp_path: Path) 
     spec = finder.find_spec("a3m.core.fastmod", None)
     assert spec is not None and spec.origin is not None and spec.origin.endswith("fastmod.py")
     assert finder.find_spec("a3m.core.other", None) is None
+
+
+@pytest.mark.slow
+def test_a_failed_compilation_leaves_the_pure_package(tmp_path: Path) -> None:
+    """setup.py with a C compiler that fails on mypyc's shared library only: the build still
+    succeeds, says why, and leaves no extension behind, not even the per-module ones that
+    did compile (without the shared library they would not import)."""
+    root = SRC.parent
+    shutil.copy(root / "setup.py", tmp_path / "setup.py")
+    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(root / "README.md", tmp_path / "README.md")
+    shutil.copytree(SRC / "a3m", tmp_path / "src" / "a3m",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    cc = tmp_path / "cc"
+    cc.write_text('#!/bin/sh\ncase "$*" in *__native*) exit 1;; esac\nexec gcc "$@"\n')
+    cc.chmod(0o755)
+    env = {**os.environ, "CC": str(cc)}
+    env.pop("A3M_PURE_BUILD", None)
+    out = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "the compiled fast path was not built" in out.stderr
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(suffixes)]
+    assert (tmp_path / "build").exists()  # mypyc did generate the C: the compiler failed

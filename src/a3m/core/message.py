@@ -156,11 +156,12 @@ def encode_with_head(head: bytes, seq: int, payload: bytes, mtype: int = DATA) -
 
 
 def encode_batch_with_head(head: bytes, seq: int, payloads: list[bytes],
-                           lens: array[int] | None = None) -> bytes:
+                           lens: array[int] | None = None, total: int = -1) -> bytes:
     """A BATCH of ``payloads`` (sequence numbers ``seq`` on) from its link's :func:`data_head`:
     after the sequence number, count u32, ``count`` lengths u32, the payloads back to back.
-    ``lens``: their :func:`batch_lengths` when the caller has them (consumed)."""
-    parts, total = _batch_parts(payloads, lens)
+    ``lens``: their :func:`batch_lengths` when the caller has them (consumed); ``total``:
+    their sum when the caller has it."""
+    parts, total = _batch_parts(payloads, lens, total)
     parts[0] = _FIXED_PACK(VERSION, PROTO_SOCKET, BATCH, len(head) + 12 + 4 * len(payloads)
                            + total)
     parts[1] = head
@@ -179,16 +180,17 @@ def batch_lengths(payloads: list[bytes]) -> array[int] | None:
     return array("I", map(len, payloads)) if _U32_ARRAY else None
 
 
-def _batch_parts(payloads: list[bytes], lens: array[int] | None = None
+def _batch_parts(payloads: list[bytes], lens: array[int] | None = None, total: int = -1
                  ) -> tuple[list[bytes], int]:
     """The pieces of a BATCH body after three empty slots (for a header): count, lengths
-    (big-endian u32s), payloads; and the payloads' total size. ``lens``: their
-    :func:`batch_lengths`, byte-swapped in place here."""
+    (big-endian u32s), payloads; and the payloads' total size (``total`` when given, >= 0).
+    ``lens``: their :func:`batch_lengths`, byte-swapped in place here."""
     n = len(payloads)
     if lens is None and _U32_ARRAY:
         lens = array("I", map(len, payloads))
     if lens is not None:
-        total = sum(lens)
+        if total < 0:
+            total = sum(lens)
         if _SWAP:
             lens.byteswap()
         parts = [b"", b"", b"", _U32_PACK(n), lens.tobytes()]

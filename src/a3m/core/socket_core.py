@@ -326,8 +326,9 @@ class SocketCore:
             limit = min(limit, whole - 20 - len(head))
         lens = m.batch_lengths(payloads)  # (the BATCH body is made from them too)
         sizes = lens if lens is not None else list(map(len, payloads))
-        if sum(sizes) + 4 * n <= limit:
-            node.emit(dst, m.encode_batch_with_head(head, seq, payloads, lens))
+        total = sum(sizes)
+        if total + 4 * n <= limit:
+            node.emit(dst, m.encode_batch_with_head(head, seq, payloads, lens, total))
             return
         ends = list(accumulate(sizes, initial=0))  # ends[i]: bytes of the first i (in C)
         start = 0
@@ -346,7 +347,7 @@ class SocketCore:
             else:
                 node.emit(dst, m.encode_batch_with_head(
                     head, seq + start, payloads[start:lo],
-                    None if lens is None else lens[start:lo]))
+                    None if lens is None else lens[start:lo], ends[lo] - ends[start]))
             start = lo
 
     def _head(self, link: Link) -> bytes:

@@ -164,19 +164,21 @@ class Node:
         (nothing left queued or in flight); False when the timeout passes first."""
         deadline = _deadline(timeout)
         drv = self._driver
+
+        def acknowledged() -> bool:
+            if not (self._buffering or self._stalled or self._bridge.outbox
+                    or self._proto.in_flight() > 0):
+                return True
+            now = time.monotonic()
+            if self._buffering or self._stalled:
+                self._take_buffers(now)
+            self._check_open()
+            self._bridge.pump(now)
+            drv.wake()
+            return False
+
         with drv.lock:
-            while (self._buffering or self._stalled or self._bridge.outbox
-                   or self._proto.in_flight() > 0):
-                if self._buffering or self._stalled:
-                    self._take_buffers(time.monotonic())
-                self._check_open()
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._bridge.pump(time.monotonic())
-                drv.wake()
-                drv.wait(0.01 if left is None else min(left, 0.01))
-            return True
+            return drv.wait_until(acknowledged, deadline, step=0.01)
 
     def close(self, timeout: float | None = None) -> bool:
         """Close every socket (unlinking cleanly), deliver what is in flight, stop.

@@ -155,15 +155,11 @@ class Socket:
         key = None if pid is None else (pid.node, pid.tag)
         deadline = _deadline(timeout)
         drv = self.node._driver
+        core = self._core
         with drv.lock:
-            while not self._core.is_linked(key):
-                if self._core.fatal_refusal(key) is not None or not drv.running:
-                    return False
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                drv.wait(0.1 if left is None else min(left, 0.1))
-            return True
+            drv.wait_until(lambda: (core.is_linked(key) or core.fatal_refusal(key) is not None
+                                    or not drv.running), deadline, step=0.1)
+            return core.is_linked(key)
 
     def refusal(self, peer: Any) -> str | None:
         """Why the last attempt to link with ``peer`` was refused, if it was."""
@@ -247,9 +243,9 @@ class Socket:
                 self._check_open()
                 now = time.monotonic()
                 core.node.now = now
-                if self._sbuf.items:
+                if buf.items:
                     self._drain(now)  # what was buffered goes first
-                went = 0 if self._sbuf.items else core.try_send_many(items[sent:] if sent else items,
+                went = 0 if buf.items else core.try_send_many(items[sent:] if sent else items,
                                                               **kw)
                 if went:
                     sent += went
@@ -397,17 +393,19 @@ class Socket:
         method = getattr(self._core, "members", None)
         if method is None:
             raise UsageError(f"a {self.kind} socket has no members()")
-        _check_timeout(timeout)
         deadline = _deadline(timeout)
         drv = self.node._driver
+        got: list[tuple[str, str]] = []
+
+        def found() -> bool:
+            nonlocal got
+            self._check_open()
+            got = method(group)
+            return bool(got)
+
         with drv.lock:
-            while True:
-                self._check_open()
-                got = method(group)
-                left = None if deadline is None else deadline - time.monotonic()
-                if got or (left is not None and left <= 0):
-                    return [SocketId(*peer) for peer in got]
-                drv.wait(0.05 if left is None else min(left, 0.05))
+            drv.wait_until(found, deadline)
+            return [SocketId(*peer) for peer in got]
 
     def _open_buffer(self, due: float, room: int | None = None) -> None:
         """Under the node's lock: let the next sends wait in the buffer, as many as the
@@ -424,9 +422,10 @@ class Socket:
     def _close_buffer(self) -> None:
         """Under the node's lock: every send takes the node's lock again (once what the
         buffer holds has gone: a send may have come since it was last drained)."""
-        node = self.node
-        if self._sbuf.shut() or self._sbuf.stalled:  # (stalled: retried every turn, with
-            node._buffering.discard(self)  # no deadline of its own: one would spin)
+        # A stalled buffer leaves the open ones too: the node retries it on every turn, and
+        # the cork deadline of an open buffer would make the I/O thread spin meanwhile.
+        if self._sbuf.shut() or self._sbuf.stalled:
+            self.node._buffering.discard(self)
 
     def _drain(self, now: float) -> bool:
         """Under the node's lock: hand the buffered sends to the core, in order (True when
