@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 # The compiled fast path (setup.py, mypyc) is rebuilt when a compiled module's source changes.
-COMPILED_SOURCES := $(wildcard src/a3m/core/*.py src/a3m/exon/*.py src/a3m/exon/secure/*.py)
+COMPILED_SOURCES := $(wildcard src/a3m/core/*.py src/a3m/exon/*.py src/a3m/exon/secure/*.py src/a3m/patterns/*.py)
 
 $(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 	# the Python sources of the compiled cores, through their own tests and the simulations
-	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/exon tests/core tests/sim tests/test_compiled.py
+	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/exon tests/core tests/patterns tests/sim tests/test_compiled.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 #: Packages (paths under ``src``) whose modules, ``__init__`` aside, are compiled.
-PACKAGES = ("a3m/core", "a3m/exon", "a3m/exon/secure")
+PACKAGES = ("a3m/core", "a3m/exon", "a3m/exon/secure", "a3m/patterns")
 #: Set to 1 to run the Python sources even where compiled modules were built.
 PURE_ENV = "A3M_PURE_PYTHON"
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core.socket_core import SocketCore
 from a3m.patterns.framing import send_to_all
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Bus(SocketCore):
     kind = "BUS"
     peers = frozenset({"BUS"})

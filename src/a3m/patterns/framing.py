@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core.link import Link
 from a3m.core.message import DATA_OVERHEAD_MAX
 from a3m.core.socket_core import Received, SocketCore
@@ -54,6 +56,7 @@ def decode_names(raw: bytes) -> set[bytes]:
     return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Unwrapping(SocketCore):
     """A receiving pattern whose payloads carry a framing to strip (SUB's topic, DISH's
     group): :meth:`unwrap` turns a payload into what the application gets, or None to skip

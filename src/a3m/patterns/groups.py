@@ -32,10 +32,14 @@ to :attr:`Radio.strategies` a function ``(radio, members, framed payload) -> boo
 from __future__ import annotations
 
 from collections.abc import Callable
+from random import Random
 from typing import Any, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from a3m.core.link import Link
 from a3m.core.message import Metadata
+from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import NoMembers, UsageError
 from a3m.patterns.framing import (
@@ -72,6 +76,7 @@ def group_bytes(group: bytes | str) -> bytes:
     return g
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class GroupDirectory(SocketCore):
     """The hidden socket that lists a node's DISH sockets to RADIOs (one per node)."""
 
@@ -80,8 +85,9 @@ class GroupDirectory(SocketCore):
     sends = False
     receives = False
 
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
+        super().__init__(node, tag, rng, **options)
         self.dishes: set[bytes] = set()
 
     @classmethod
@@ -140,6 +146,7 @@ def _send_one(radio: Radio, members: list[Link], framed: bytes) -> bool:
     return False
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Radio(SocketCore):
     """Sends to named groups of DISH sockets it finds by itself (see the module docs).
 
@@ -155,7 +162,8 @@ class Radio(SocketCore):
     #: Delivery strategies by name; a subclass may add its own.
     strategies: ClassVar[dict[str, Strategy]] = {ALL: _send_all, ONE: _send_one}
 
-    def __init__(self, *args: Any, **options: Any) -> None:
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
         self.default_strategy = ALL
         self.group_strategies: dict[bytes, str] = {}
         self.no_members = "wait"
@@ -163,7 +171,7 @@ class Radio(SocketCore):
         self._dishes: dict[str, set[str]] = {}  # node -> the DISH tags its directory lists
         self._members: dict[bytes, list[Link]] | None = None  # group -> links (cache)
         self._blocked: str | None = None
-        super().__init__(*args, **options)
+        super().__init__(node, tag, rng, **options)
         self.stats["members_lost"] = 0
         self.node.watch_nodes(self._node_known)
 
@@ -217,9 +225,9 @@ class Radio(SocketCore):
         if kind == "DISH":
             raw = meta.get("groups", b"")
             link.attrs["groups"] = decode_names(raw if isinstance(raw, bytes) else b"")
-        elif isinstance(meta.get("dishes"), bytes):
+        elif isinstance(dishes := meta.get("dishes"), bytes):
             self._set_dishes(link.peer[0], {t.decode(errors="replace")
-                                            for t in decode_names(meta["dishes"])})
+                                            for t in decode_names(dishes)})
         self._members = None
 
     def on_link_removed(self, link: Link) -> None:
@@ -306,6 +314,7 @@ class Radio(SocketCore):
         super().close(now)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Dish(Unwrapping):
     """Receives what RADIOs send to the groups it joined (``join`` / ``leave``)."""
 
@@ -313,9 +322,10 @@ class Dish(Unwrapping):
     peers = frozenset({"RADIO"})
     sends = False
 
-    def __init__(self, *args: Any, **options: Any) -> None:
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
         self.groups: set[bytes] = set()
-        super().__init__(*args, **options)
+        super().__init__(node, tag, rng, **options)
         GroupDirectory.of(self.node).dish_added(self.tag)
 
     def link_metadata(self) -> Metadata:

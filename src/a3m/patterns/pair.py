@@ -3,9 +3,12 @@ closes); both sides send and receive."""
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core.socket_core import SocketCore
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Pair(SocketCore):
     kind = "PAIR"
     peers = frozenset({"PAIR"})

@@ -3,9 +3,12 @@ PULL receives from all its links fairly. Built only on the core's extension poin
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core.socket_core import SocketCore
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Push(SocketCore):
     kind = "PUSH"
     peers = frozenset({"PULL"})
@@ -13,6 +16,7 @@ class Push(SocketCore):
     receives = False
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Pull(SocketCore):
     kind = "PULL"
     peers = frozenset({"PUSH"})

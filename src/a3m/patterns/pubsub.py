@@ -10,10 +10,14 @@ subscriber sets the pace, nothing is dropped.
 from __future__ import annotations
 
 from collections import deque
+from random import Random
 from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from a3m.core.link import Link
 from a3m.core.message import Metadata
+from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import UsageError
 from a3m.patterns.framing import (
@@ -42,13 +46,15 @@ def _matches(topic: bytes, subs: set[bytes]) -> bool:
 TARGET_CACHE = 1024
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Pub(SocketCore):
     kind = "PUB"
     peers = frozenset({"SUB", "XSUB"})
     receives = False
 
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
+        super().__init__(node, tag, rng, **options)
         self._target_cache: dict[bytes, list[Link]] = {}  # topic -> links that want it
 
     def on_link_added(self, link: Link) -> None:
@@ -90,14 +96,16 @@ class Pub(SocketCore):
         return all(lk.can_send for lk in self.established_links())
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Sub(Unwrapping):
     kind = "SUB"
     peers = frozenset({"PUB", "XPUB"})
     sends = False
 
-    def __init__(self, *args: Any, **options: Any) -> None:
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
         self.subscriptions: set[bytes] = set()
-        super().__init__(*args, **options)
+        super().__init__(node, tag, rng, **options)
 
     def link_metadata(self) -> Metadata:
         return {"subs": encode_names(self.subscriptions)}
@@ -139,6 +147,7 @@ SUB_ON = b"\x01"  # XPUB recv / XSUB send: b"\x01" + topic subscribes, b"\x00" +
 SUB_OFF = b"\x00"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class XPub(Pub):
     """A PUB that also tells the application which topics its subscribers want, as
     ``recv()`` messages: ``b"\x01" + topic`` when the first link subscribes to a topic,
@@ -148,8 +157,9 @@ class XPub(Pub):
     kind = "XPUB"
     receives = True
 
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
+        super().__init__(node, tag, rng, **options)
         self._wanted: dict[bytes, int] = {}  # topic -> links subscribed to it
         self._events: deque[Received] = deque()
         self._counted: dict[int, set[bytes]] = {}  # id(link) -> the topics counted for it
@@ -190,6 +200,7 @@ class XPub(Pub):
         return bool(self._events)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class XSub(Sub):
     """A SUB whose subscriptions can also be sent: ``send(b"\x01" + topic)`` subscribes,
     ``send(b"\x00" + topic)`` unsubscribes (what an XPUB receives, so a forwarder passes

@@ -9,20 +9,26 @@ a hang; misuse (a second request before the reply, a reply without a request) ra
 from __future__ import annotations
 
 from collections import deque
+from random import Random
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core.link import Link
+from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import LinkError, UsageError
 from a3m.patterns.framing import split_id, with_id
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Req(SocketCore):
     kind = "REQ"
     peers = frozenset({"REP"})
 
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
+        super().__init__(node, tag, rng, **options)
         self._next_id = self.rng.randrange(1 << 32)
         self._outstanding: tuple[Link, int] | None = None
         self._reply: Received | None = None
@@ -76,12 +82,14 @@ class Req(SocketCore):
         return self._reply is not None or self._failed is not None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Rep(SocketCore):
     kind = "REP"
     peers = frozenset({"REQ"})
 
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
+        super().__init__(node, tag, rng, **options)
         self._requests: deque[tuple[Link, int, bytes]] = deque()
         self._owed: tuple[Link, int] | None = None
 

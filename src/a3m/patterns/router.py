@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core.socket_core import SocketCore
 from a3m.errors import SocketNotLinked, UsageError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Dealer(SocketCore):
     kind = "DEALER"
     peers = frozenset({"ROUTER", "DEALER"})
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Router(SocketCore):
     kind = "ROUTER"
     peers = frozenset({"DEALER", "ROUTER"})

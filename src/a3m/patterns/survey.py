@@ -4,21 +4,30 @@ survey's deadline (option ``survey_time_s``); answers to an older survey are dro
 from __future__ import annotations
 
 from collections import deque
+from random import Random
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from a3m.core.link import Link
+from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import Received, SocketCore
 from a3m.errors import Timeout, UsageError
 from a3m.patterns.framing import send_to_all, split_id, with_id
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Surveyor(SocketCore):
     kind = "SURVEYOR"
     peers = frozenset({"RESPONDENT"})
 
-    def __init__(self, *args: Any, survey_time_s: float = 1.0, **options: Any) -> None:
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
+        # survey_time_s is taken from the options (not a keyword-only parameter beside
+        # **options: mypyc cannot write that signature)
+        survey_time_s = options.pop("survey_time_s", 1.0)
         self.survey_time_s = 1.0
-        super().__init__(*args, **options)
+        super().__init__(node, tag, rng, **options)
         self.set_pattern_option("survey_time_s", survey_time_s)
         self._survey = self.rng.randrange(1 << 32)
         self._deadline: float | None = None  # of the survey under way
@@ -83,12 +92,14 @@ class Surveyor(SocketCore):
             self._expired = True  # wakes a blocked recv (the node notifies after timers)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Respondent(SocketCore):
     kind = "RESPONDENT"
     peers = frozenset({"SURVEYOR"})
 
-    def __init__(self, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
+    def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
+                 **options: Any) -> None:
+        super().__init__(node, tag, rng, **options)
         self._surveys: deque[tuple[Link, int, bytes]] = deque()
         self._owed: tuple[Link, int] | None = None
 

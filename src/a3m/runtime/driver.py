@@ -40,6 +40,7 @@ from typing import Any
 from a3m.errors import Closed
 from a3m.exon.events import Event
 from a3m.exon.protocol import ExonProtocol
+from a3m.runtime.poll_choice import PollChoice
 
 log = logging.getLogger("a3m.runtime")
 
@@ -149,9 +150,7 @@ class Driver:
         self._waiters = 0  # threads in cond.wait (followers): notify only when there are some
         self._wake_written = False  # a byte may be in the wake pipe: read it on the next turn
         self._busy_poll_s = busy_poll_s
-        self._poll_waits = 0
-        self._ewma_poll = 0.0  # seconds a leader waited for input, polling first
-        self._ewma_block = 0.0  # ... sleeping in select at once
+        self._poll_choice = PollChoice(busy_poll_s)
         self.poll_hits = 0  # leader waits that a brief poll ended (diagnostics)
         self._running = True
         self._lingering = False  # closed for the application, answering peers (linger)
@@ -265,20 +264,13 @@ class Driver:
         if not budget:
             select.select(rlist, [], [], wait_s)
             return
-        # Poll or not is learnt from what it gives: the time until input arrives, averaged
-        # for each way (polling on the CPU the peer needs slows the peer, so there polling
-        # loses); one wait in 32 tries the other way, to follow changes.
-        self._poll_waits += 1
-        poll = (self._ewma_poll <= self._ewma_block) != (self._poll_waits % 32 == 0)
+        choice = self._poll_choice  # poll or not: learnt from what each way gives
+        poll = choice.poll_next()
         t0 = time.perf_counter()
         if (not (poll and self._poll(rlist, min(budget, wait_s), t0))
                 and not select.select(rlist, [], [], wait_s)[0]):
             return  # nothing came: the wait says nothing about either way
-        dt = time.perf_counter() - t0
-        if poll:
-            self._ewma_poll += (dt - self._ewma_poll) * 0.125
-        else:
-            self._ewma_block += (dt - self._ewma_block) * 0.125
+        choice.record(poll, time.perf_counter() - t0)
 
     def _poll(self, rlist: list[Any], budget: float, t0: float) -> bool:
         """Poll ``rlist`` for up to ``budget`` seconds (True: input arrived). A thread that
