@@ -2,7 +2,7 @@
 CPUs 0 and 1) time-stamp the driver's steps on the shared monotonic clock, and the medians of
 each step over the round trips are printed, secure and opt-out alternately::
 
-    .venv/bin/python bench/rr_timeline.py [--round-trips 5000] [--pairs 2] [--aead]
+    .venv/bin/python bench/rr_timeline.py [--round-trips 5000] [--pairs 2] [--aead] [--halves]
 
 Steps: ``c.send`` the client's ``send`` until its ``sendto`` returned; ``wire>srv`` until the
 server's wait for input returned; ``s.turn`` the server's turn (receive, open, Exon, core);
@@ -96,7 +96,7 @@ def _server(ready: Any, results: Any, n: int, secure: bool) -> None:
         time.sleep(0.3)
 
 
-def _run(n: int, secure: bool) -> str:
+def _run(n: int, secure: bool, halves: bool = False) -> str:
     import a3m
 
     ready, results = mp.Queue(), mp.Queue()
@@ -134,6 +134,16 @@ def _run(n: int, secure: bool) -> str:
     line = (f"{'secure' if secure else 'opt-out'} compiled={a3m.COMPILED} "
             f"n={len(steps['total'])} "
             + " ".join(f"{k}={statistics.median(v) / 1000:.1f}" for k, v in steps.items() if v))
+    if halves and steps["total"]:
+        # The faster and the slower half of the round trips, each step's median in each: a
+        # step of ours that is slow now and then stands out alone; a host that slows down
+        # stretches every step, the wire's included.
+        order = sorted(range(len(steps["total"])), key=steps["total"].__getitem__)
+        half = len(order) // 2
+        for name, part in (("  faster half", order[:half]), ("  slower half", order[half:])):
+            line += f"\n{name}: " + " ".join(
+                f"{k}={statistics.median(v[i] for i in part) / 1000:.1f}"
+                for k, v in steps.items())
     if _spent:
         line += f"\n  client us per call: {_spent_us()}\n  server us per call: {server_spent}"
         _spent.clear()
@@ -145,6 +155,8 @@ def main() -> None:
     ap.add_argument("--round-trips", type=int, default=5000)
     ap.add_argument("--pairs", type=int, default=2, help="secure and opt-out runs, alternately")
     ap.add_argument("--aead", action="store_true")
+    ap.add_argument("--halves", action="store_true",
+                    help="also each step's median in the faster and the slower half")
     args = ap.parse_args()
     if args.aead:
         os.environ["A3M_PURE_PYTHON"] = "1"  # before a3m loads: wrapping needs the sources
@@ -153,7 +165,7 @@ def main() -> None:
         _time_aead()
     for _ in range(args.pairs):
         for secure in (True, False) if not args.aead else (True,):
-            print(_run(args.round_trips, secure), flush=True)
+            print(_run(args.round_trips, secure, args.halves), flush=True)
 
 
 if __name__ == "__main__":
