@@ -92,6 +92,13 @@ def parse_bind(bind: str | tuple[str, int]) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _readable(sock: socket.socket) -> Callable[[int], list[tuple[int, int]]]:
+    """``poll(0)`` of a poll object for ``sock``'s input: non-empty when a datagram waits."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return poller.poll
+
+
 def open_udp(bind: tuple[str, int]) -> socket.socket:
     family = socket.AF_INET6 if ":" in bind[0] else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
@@ -132,6 +139,7 @@ class Driver:
         where = parse_bind(bind)
         end_lingering(proto.id, where[1])
         self._sock = open_udp(where)
+        self._readable = _readable(self._sock)
         self.port: int = self._sock.getsockname()[1]
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -339,6 +347,7 @@ class Driver:
         new = open_udp(where)
         with self.lock:
             old, self._sock = self._sock, new
+            self._readable = _readable(new)
             self.port = new.getsockname()[1]
             self.proto.announce(time.monotonic())
             self.wake()
@@ -514,10 +523,16 @@ class Driver:
         with self.lock:
             self._sleeping = False
             sock = self._sock  # read under the lock: rebind may have swapped it
+            readable = self._readable
             now = time.monotonic()
             recv = sock.recvfrom_into
             feed = proto.receive_datagram
-            for _ in range(DRAIN_BURST):
+            for i in range(DRAIN_BURST):
+                if i == 1 and not readable(0):
+                    # After one datagram, look before reading again: a read that finds
+                    # nothing costs a system call and a raised exception (1.8 us against
+                    # 0.5), and a lone request or reply is the common case.
+                    break
                 try:
                     n, addr = recv(buf)
                 except (BlockingIOError, InterruptedError):
