@@ -532,8 +532,7 @@ class Driver:
                     # A leader, after one datagram, looks before reading again: a read that
                     # finds nothing costs a system call and a raised exception (1.8 us
                     # against 0.5), on the critical path of a request or a reply. The I/O
-                    # thread reads on until a read fails: looking there too cost the
-                    # transport benchmark ~20 % (four pairs; why is not known).
+                    # thread reads on until a read fails (its turns are not on that path).
                     break
                 try:
                     n, addr = recv(buf)
