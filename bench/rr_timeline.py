@@ -36,9 +36,10 @@ def _stamp_driver() -> None:
                         ("_turn", "turned")):
         fn = getattr(driver.Driver, name)
 
-        def stamped(*a: Any, _fn: Callable[..., Any] = fn, _label: str = label) -> Any:
+        def stamped(*a: Any, _fn: Callable[..., Any] = fn, _label: str = label,
+                    **kw: Any) -> Any:
             try:
-                return _fn(*a)
+                return _fn(*a, **kw)
             finally:
                 _last[_label] = time.perf_counter_ns()
 

@@ -138,9 +138,8 @@ class Driver:
         self._events: deque[Event] = deque()  # handed to on_events, not yet taken
         where = parse_bind(bind)
         end_lingering(proto.id, where[1])
-        self._sock = open_udp(where)
-        self._readable = _readable(self._sock)
-        self.port: int = self._sock.getsockname()[1]
+        self.port = 0
+        self._adopt(open_udp(where))
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -236,7 +235,7 @@ class Driver:
                     pass  # the socket was swapped by rebind or closed by stop
             if self._running:
                 try:
-                    self._turn(self._buf, self._view, True)
+                    self._turn(self._buf, self._view, leader=True)
                 except Exception:  # an application call must not fail for the loop's errors
                     self.loop_errors += 1
                     log.exception("a3m I/O loop error (counted, loop continues)")
@@ -340,15 +339,21 @@ class Driver:
         if t < until:
             self.wake()
 
+    def _adopt(self, sock: socket.socket) -> None:
+        """Under the lock (or before the I/O thread starts): make ``sock`` the driver's
+        socket, with what goes with it (its poll object, the port)."""
+        self._sock = sock
+        self._readable = _readable(sock)
+        self.port = sock.getsockname()[1]
+
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; peers learn it from our next datagrams."""
         where = parse_bind(bind)
         end_lingering(None, where[1])
         new = open_udp(where)
         with self.lock:
-            old, self._sock = self._sock, new
-            self._readable = _readable(new)
-            self.port = new.getsockname()[1]
+            old = self._sock
+            self._adopt(new)
             self.proto.announce(time.monotonic())
             self.wake()
         old.close()

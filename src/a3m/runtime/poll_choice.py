@@ -16,9 +16,8 @@ EXPLORE = 32
 WEIGHT = 0.125
 #: Polling goes on while its average wait is within this factor of sleeping's. How long a
 #: wait lasts is mostly how long the peer takes, the same either way, and the wake-up polling
-#: saves is a small part of it; measured, polling never lost by more than this (a REP server's
-#: averages were 86-99 us polling against 91-92 sleeping, while a wait that slept cost the
-#: round trip 30-60 us more).
+#: saves is a small part of it: a REP server's averages were 86-99 us polling against 91-92
+#: sleeping (`bench/rr_polls.py`), while a wait that slept cost the round trip 30-60 us more.
 POLL_LEEWAY = 1.25
 #: A wait counts for at most this many budgets: how long a wait lasts is mostly how long the
 #: peer takes to answer, and one long pause of the peer (a collection, a preemption) must not
