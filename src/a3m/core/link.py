@@ -105,6 +105,8 @@ class Link:
         "next_seq", "expected_seq", "reorder", "inq", "send", "recv", "ctrl_pending",
         "ordered", "peer_tag_bytes", "my_tag_bytes", "retries", "attrs", "processed",
         "data_head", "last_active", "pinged_at", "batches", "pending", "pending_seq",
+        "pending_confirm", "data_in", "confirm_q", "taken_out", "dropped_out", "takens_sent",
+        "last_taken",
     )
 
     def __init__(self, peer: PeerId, my_inc: int, initiator: bool, capacity: int,
@@ -151,6 +153,17 @@ class Link:
         #: what an application sends between two turns of the transport leaves as BATCHes.
         self.pending: list[bytes] = []
         self.pending_seq = 0
+        #: Some DATA in ``pending`` was sent with a cookie (it leaves flagged: CONFIRM).
+        self.pending_confirm = False
+        # Cookies, receiving side (a3m.core.cookies): DATA processed on the link so far; the
+        # flagged ones not yet taken, as (processing index, sequence number); what was taken
+        # or dropped since the last TAKEN; TAKENs sent; the last one taken, if flagged.
+        self.data_in = 0
+        self.confirm_q: deque[tuple[int, int]] = deque()
+        self.taken_out: list[int] = []
+        self.dropped_out: list[int] = []
+        self.takens_sent = 0
+        self.last_taken = 0
         self.attrs: dict[str, object] = {}  # for socket patterns (e.g. a subscription set)
 
     def advance(self, ev: Ev) -> State:

@@ -14,6 +14,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Final
 
+from a3m.core.cookies import decode_taken
 from a3m.errors import ProtocolViolation
 
 VERSION: Final = 1
@@ -31,6 +32,9 @@ PING: Final = 0x07
 #: Several DATA messages in one: the sequence numbers ``seq .. seq + count - 1`` and ``count``
 #: credits, in that order (a peer that says ``batch`` in its LINK metadata takes them).
 BATCH: Final = 0x08
+#: What the application took of the messages sent with a cookie (body: a3m.core.cookies):
+#: from the receiving side of a link to the sending side, also after the link ended.
+TAKEN: Final = 0x09
 #: Types from 0x40 up belong to socket patterns (e.g. SUBSCRIBE); they are sequenced with DATA
 #: but do not use credits (a small separate allowance bounds them).
 PATTERN_MIN: Final = 0x40
@@ -38,7 +42,7 @@ PATTERN_MIN: Final = 0x40
 SEQUENCED: Final = frozenset({DATA, BATCH, *range(PATTERN_MIN, 256)})
 TYPE_NAMES: Final = {ERROR: "ERROR", DATA: "DATA", LINK: "LINK", LINKACK: "LINKACK",
                      UNLINK: "UNLINK", FLOW: "FLOW", PING: "PING",
-              BATCH: "BATCH"}
+              BATCH: "BATCH", TAKEN: "TAKEN"}
 
 FIXED = struct.Struct(">HBBI")
 INCS = struct.Struct(">QQ")
@@ -131,6 +135,8 @@ def encode(msg: Message) -> bytes:
         body = ERROR_HEAD.pack(msg.code, msg.about) + msg.payload
     elif t == PING:
         body = b""
+    elif t == TAKEN:
+        body = msg.payload  # encode_taken
     else:
         raise ValueError(f"unknown message type {t:#x}")
     ext = _tag(msg.src_tag) + _tag(msg.dst_tag) + INCS.pack(msg.src_inc, msg.dst_inc)
@@ -378,6 +384,9 @@ def decode(data: bytes) -> Message:
         elif t == PING:
             if off != len(data):
                 raise _bad("bad PING length")
+        elif t == TAKEN:
+            msg.payload = data[off:]
+            decode_taken(msg.payload)  # (raises ProtocolViolation on damage)
         else:
             raise _bad(f"unknown message type {t:#x}")
         return msg

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from mypy_extensions import mypyc_attr
 
 from a3m.core import message as m
+from a3m.core.cookies import CONFIRM, FLAGGED, SEQ_MASK, CookieJar, Outcome, decode_taken, \
+    encode_taken, taken_chunks
 from a3m.core.link import (
     ALREADY_LINKED,
     CANCELLED,
@@ -76,6 +78,8 @@ class SocketOptions:
     #: (and is linked again, if this side initiated it). The PING also gives the transport
     #: something to deliver, so a node that stopped answering is noticed. 0 = never.
     keepalive_s: float = 5.0
+    #: Cookies awaiting an outcome or not yet read, at most (a send with a cookie waits).
+    max_cookies: int = 32768
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the patterns subclass it
@@ -91,6 +95,9 @@ class SocketCore:
     receives: ClassVar[bool] = True
     #: Fixed link limit for the pattern (PAIR: 1); 0 = none.
     pattern_max_links: ClassVar[int] = 0
+    #: The keywords this pattern's send takes beyond the data (PUB: ``topic``); any other
+    #: raises TypeError, as a Python function would.
+    send_keywords: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, node: NodeCore, tag: str, rng: Random | None = None,
                  **options: Any) -> None:
@@ -99,6 +106,12 @@ class SocketCore:
         self.tag_bytes = m.encoded_tag(tag)
         self.rng = rng or Random(0)
         self.options = SocketOptions()
+        #: Cookies (a3m.core.cookies): those awaiting an outcome, and the outcomes unread.
+        self.jar = CookieJar(self.options.max_cookies)
+        #: The cookie of the send under way (None: none): :meth:`send_on` records it.
+        self._cookie: object | None = None
+        #: Links that ended here while a pattern still held flagged messages of theirs.
+        self._late: list[Link] = []
         self.links: dict[PeerId, Link] = {}
         self.orphans: deque[Received] = deque()  # delivered on links that have since closed
         self.refusals: dict[PeerId, int] = {}  # last refusal per peer (for wait_linked)
@@ -258,13 +271,20 @@ class SocketCore:
             obs = node.observer
             if obs is not None:
                 obs.on_sent(self.tag, link.peer, link.my_inc, seq, len(payload))
+            cookie = self._cookie
+            if cookie is not None:
+                self.jar.add(link.peer, link.my_inc, seq, cookie)
             if link.batches and link.peer[0] != node.node_id:
                 pending = link.pending  # (as _hold does, inline: once per message)
                 if not pending:
                     link.pending_seq = seq
                     node.cork(self, link)
                 pending.append(payload)
+                if cookie is not None:
+                    link.pending_confirm = True
                 return
+            if cookie is not None:
+                seq |= CONFIRM
         elif link.pending:
             self.flush_link(link)  # a control message follows the DATA before it
         node.emit(link.peer[0], m.encode_with_head(self._head(link), seq, payload, mtype))
@@ -307,12 +327,18 @@ class SocketCore:
         pending = link.pending
         if pending:
             link.pending = []
-            self._emit_runs(link, link.pending_seq, pending)
+            confirm = link.pending_confirm
+            link.pending_confirm = False
+            self._emit_runs(link, link.pending_seq | CONFIRM if confirm else link.pending_seq,
+                            pending)
+        if link.taken_out or link.dropped_out:
+            self._send_taken(link, final=False)
 
     def _emit_runs(self, link: Link, seq: int, payloads: list[bytes]) -> None:
         """Emit DATA numbered from ``seq``: BATCHes of up to ``node.batch_bytes`` (payload
         bytes plus 4 per message), and no larger than the transport carries unfragmented to
-        that node; a message larger than that alone, a lone message as DATA."""
+        that node; a message larger than that alone, a lone message as DATA. (``seq`` may
+        carry :data:`CONFIRM`: every run then does.)"""
         node = self.node
         head = self._head(link)
         dst = link.peer[0]
@@ -395,8 +421,11 @@ class SocketCore:
         runs = self.take_runs(max_items)
         return runs[0][1] if len(runs) == 1 else list(chain.from_iterable(r[1] for r in runs))
 
-    def take_runs(self, max_items: int) -> list[tuple[PeerId, list[bytes]]]:
-        """As :meth:`take_from_links`, by link: ``(peer, payloads)`` runs."""
+    def take_runs(self, max_items: int, ahead: bool = False
+                  ) -> list[tuple[PeerId, list[bytes]]]:
+        """As :meth:`take_from_links`, by link: ``(peer, payloads)`` runs. ``ahead``: only
+        the first message goes to the application now (the rest is read ahead), so a
+        message sent with a cookie is taken only as that first one."""
         ring = self._ring if self._ring is not None else self.link_ring()
         n = len(ring)
         runs: list[tuple[PeerId, list[bytes]]] = []
@@ -407,6 +436,14 @@ class SocketCore:
             q = link.inq
             if not q:
                 continue
+            if ahead and link.confirm_q:
+                before = link.confirm_q[0][0] - link.recv.delivered - 1
+                if before < 1:
+                    if runs:
+                        continue  # (taken by a later call, as its first)
+                    before = 1
+                if before < left:
+                    left = before  # (this link's run is then the last)
             if len(q) <= left:
                 got = list(q)
                 q.clear()
@@ -425,13 +462,75 @@ class SocketCore:
 
     def delivered_from(self, link: Link, count: int = 1) -> None:
         """Call when the application took ``count`` messages from ``link`` (returns
-        credits)."""
+        credits; those sent with a cookie are reported taken). A pattern accounts for every
+        DATA it was handed, in the order it was handed them on each link, through this or
+        :meth:`dropped_from`."""
         self.stats["delivered"] += count
+        self._returned(link, count)
+        if link.confirm_q:
+            self._account(link, link.taken_out)
+
+    def dropped_from(self, link: Link, count: int = 1) -> None:
+        """Call when a pattern dropped ``count`` messages of ``link`` without giving them to
+        the application (a SUB's unsubscribed topic, a request whose requester left):
+        their credits return, and those sent with a cookie are reported NOT_DELIVERED."""
+        self._returned(link, count)
+        if link.confirm_q:
+            self._account(link, link.dropped_out)
+
+    def not_taken(self, link: Link) -> None:
+        """The message just taken from ``link`` (:meth:`next_from_links`) was not given to
+        the application after all: as :meth:`dropped_from` instead of taken."""
+        s = link.last_taken
+        if s and link.taken_out and link.taken_out[-1] == s:
+            link.taken_out.pop()
+            link.dropped_out.append(s)
+            self.node.cork(self, link)
+        link.last_taken = 0
+
+    def _returned(self, link: Link, count: int) -> None:
         flow = link.recv.on_delivered(self.node.now, count)
         # Credits are useless once the peer unlinked (its goal is fixed: it sends no more
         # DATA); such a FLOW would only keep this node waiting for a peer that may be gone.
         if flow is not None and link.state is not State.CLOSED and link.peer_goal is None:
             self._send_flow(link, flow)
+
+    def _account(self, link: Link, out: list[int]) -> None:
+        """Flagged messages up to the link's delivered count go to ``out`` (taken or
+        dropped), reported in a TAKEN at the node's next output."""
+        q = link.confirm_q
+        upto = link.recv.delivered
+        link.last_taken = 0
+        moved = False
+        while q and q[0][0] <= upto:
+            index, s = q.popleft()
+            out.append(s)
+            moved = True
+            if index == upto:
+                link.last_taken = s
+        if not moved:
+            return
+        if link.state is State.CLOSED:  # a late one: the link ended while a pattern held it
+            if not q:
+                if link in self._late:
+                    self._late.remove(link)
+                self._send_taken(link, final=True)
+            else:
+                self._send_taken(link, final=False)
+        else:
+            self.node.cork(self, link)
+
+    def _send_taken(self, link: Link, final: bool) -> None:
+        """Report what was taken and dropped on ``link`` since the last report."""
+        chunks = taken_chunks(link.taken_out, link.dropped_out)
+        link.taken_out = []
+        link.dropped_out = []
+        for i, (taken, dropped) in enumerate(chunks):
+            link.takens_sent += 1
+            body = encode_taken(final and i == len(chunks) - 1, link.takens_sent, taken,
+                                dropped)
+            self._emit(link.peer, Message(m.TAKEN, self.tag, link.peer[1], link.my_inc,
+                                          link.peer_inc, payload=body))
 
     def link_ring(self) -> list[Link]:
         """Every link, in a stable order (rebuilt only when links come and go)."""
@@ -488,21 +587,36 @@ class SocketCore:
         self.retry_at.clear()
         for peer in list(self.links):
             self.unlink(peer, now)
+        late, self._late = self._late, []
+        for link in late:  # held by the pattern: the application will not take them now
+            self._final_word(link)
 
     @property
     def is_drained(self) -> bool:
         """After close: every link has closed."""
         return not self.links
 
-    def try_send(self, payload: bytes, **kw: Any) -> bool:
+    def try_send(self, payload: bytes, cookie: object | None = None, **kw: Any) -> bool:
+        """Send now if a link takes it (False: it must wait). ``cookie``: the outcome of the
+        message, per peer it went to, comes back with it (:meth:`take_cookies`)."""
         if not self.sends:
             raise UsageError(f"a {self.kind} socket cannot send")
         if self.closed:
             raise UsageError("socket is closed")
+        if kw:
+            self.check_send_keywords(kw)
         if len(payload) > self.node.max_message_size - m.DATA_OVERHEAD_MAX:
             raise MessageTooLarge(
                 f"{len(payload)} bytes > the largest message this node sends "
                 f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
+        if cookie is not None:
+            if self.jar.full:
+                return False  # the application reads its outcomes first
+            self._cookie = cookie
+            try:
+                return self.pattern_send(payload, **kw)
+            finally:
+                self._cookie = None
         if self._batch_send and not kw:
             # The default hooks with one link (PUSH, PAIR...): what choose_send_link decides.
             ring = self._ring if self._ring is not None else self.link_ring()
@@ -539,10 +653,12 @@ class SocketCore:
         runs = self.try_recv_runs(max_items)
         return runs[0][2] if len(runs) == 1 else list(chain.from_iterable(r[2] for r in runs))
 
-    def try_recv_runs(self, max_items: int) -> list[tuple[PeerId, bytes | None, list[bytes]]]:
+    def try_recv_runs(self, max_items: int, ahead: bool = False
+                      ) -> list[tuple[PeerId, bytes | None, list[bytes]]]:
         """Up to ``max_items`` messages as :meth:`try_recv_many` takes them, in runs of one
         link's messages: ``(source, topic, payloads)`` (a pattern with its own
-        ``choose_recv``, or an orphan: one message per run)."""
+        ``choose_recv``, or an orphan: one message per run). ``ahead``: the caller gives
+        the application the first now and reads the rest ahead (see :meth:`take_runs`)."""
         if not self.receives:
             raise UsageError(f"a {self.kind} socket cannot receive")
         out: list[tuple[PeerId, bytes | None, list[bytes]]] = []
@@ -556,7 +672,8 @@ class SocketCore:
                 count += 1
         if count < max_items:
             if self._batch_recv:
-                out += [(peer, None, p) for peer, p in self.take_runs(max_items - count)]
+                out += [(peer, None, p)
+                        for peer, p in self.take_runs(max_items - count, ahead and not out)]
             else:
                 choose = self.choose_recv
                 while count < max_items and (got := choose()) is not None:
@@ -564,20 +681,47 @@ class SocketCore:
                     count += 1
         return out
 
-    def try_send_many(self, payloads: list[bytes], **kw: Any) -> int:
-        """Send the first messages of ``payloads`` that can go now; returns how many."""
+    def try_send_many(self, payloads: list[bytes], cookies: list[Any] | None = None,
+                      **kw: Any) -> int:
+        """Send the first messages of ``payloads`` that can go now; returns how many.
+        ``cookies``: one per message (None: that message has none)."""
         if not self.sends:
             raise UsageError(f"a {self.kind} socket cannot send")
         if self.closed:
             raise UsageError("socket is closed")
+        if kw:
+            self.check_send_keywords(kw)
         if not payloads:
             return 0
+        if cookies is not None:
+            if len(cookies) != len(payloads):
+                raise UsageError("send_many: one cookie per message (None for none)")
+            sent = 0
+            while sent < len(payloads) and self.try_send(payloads[sent], cookies[sent], **kw):
+                sent += 1
+            return sent
         largest = max(map(len, payloads))
         if largest > self.node.max_message_size - m.DATA_OVERHEAD_MAX:
             raise MessageTooLarge(
                 f"{largest} bytes > the largest message this node sends "
                 f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
         return self.pattern_send_many(payloads, **kw)
+
+    def check_send_keywords(self, kw: dict[str, Any]) -> None:
+        """TypeError for a keyword this pattern's send does not take (``send_keywords``)."""
+        for name in kw:
+            if name not in self.send_keywords:
+                raise TypeError(f"{self.kind} send() got an unexpected keyword argument "
+                                f"{name!r}")
+
+    def take_cookies(self, max_items: int) -> list[Outcome]:
+        """Up to ``max_items`` outcomes of messages sent with a cookie: ``(cookie, peer,
+        outcome)`` (a3m.core.cookies), in the order they became known."""
+        return self.jar.take(max_items)
+
+    @property
+    def cookies_ready(self) -> bool:
+        return bool(self.jar.ready)
 
     @property
     def readable(self) -> bool:
@@ -635,6 +779,10 @@ class SocketCore:
                 flow = link.recv.set_capacity(value)
                 if flow is not None and link.state in (State.ESTABLISHED, State.UNLINKING):
                     self._send_flow(link, flow)
+        elif name == "max_cookies":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UsageError("max_cookies must be an int >= 1")
+            self.jar.limit = value
         elif name == "capacity_max":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise UsageError("capacity_max must be an int >= 0")
@@ -677,10 +825,14 @@ class SocketCore:
 
     # ================================================================ losing a peer
 
-    def link_lost(self, peer: PeerId, my_inc: int) -> None:
+    def link_lost(self, peer: PeerId, my_inc: int, not_delivered: list[int] | None = None
+                  ) -> None:
         """A message of the link ``(peer, my_inc)`` may or may not have been delivered (the
         transport says so when the peer's node crashed): the link cannot keep its promises
-        (order, delivery goal) any more, so it ends now, as if the peer had aborted it."""
+        (order, delivery goal) any more, so it ends now, as if the peer had aborted it.
+        ``not_delivered``: the sequence numbers the transport gave up before they left."""
+        if not_delivered:
+            self.jar.not_delivered(peer, my_inc, not_delivered)
         link = self.links.get(peer)
         if link is not None and link.my_inc == my_inc:
             self.on_link_lost(link, unknown_outcome=True)
@@ -691,6 +843,8 @@ class SocketCore:
         for link in [lk for lk in self.links.values() if lk.peer[0] == node_id]:
             self.on_link_lost(link, unknown_outcome=False)
             self._lose(link)
+        if self.jar.out:
+            self.jar.node_lost(node_id)
 
     def _lose(self, link: Link) -> None:
         # Messages already delivered stay readable; a link this side initiated is tried
@@ -709,6 +863,13 @@ class SocketCore:
         t = msg.type
         if t == m.LINK:
             self._on_link(peer, msg, now)
+            return
+        if t == m.TAKEN:  # for the sending side of a link, which may have ended already
+            try:
+                final, number, taken, dropped = decode_taken(msg.payload)
+            except ProtocolViolation:
+                return
+            self.jar.on_taken(peer, msg.dst_inc, final, number, taken, dropped)
             return
         link = self.links.get(peer)
         if t == m.ERROR:
@@ -907,7 +1068,7 @@ class SocketCore:
         if (link.state is State.UNLINKING and link.unlink_sent and link.peer_goal is not None
                 and link.processed >= link.peer_goal):
             link.advance(Ev.GOAL_REACHED)
-            self._forget(link)
+            self._forget(link, graceful=True)
 
     # ---------------------------------------------------------------- data path
 
@@ -925,6 +1086,14 @@ class SocketCore:
     def _on_sequenced(self, link: Link, mtype: int, seq: int, payload: Any) -> None:
         if link.state is State.CLOSED:
             return
+        flag = 0
+        if seq > SEQ_MASK:  # sent with a cookie: say when the application takes it
+            seq &= SEQ_MASK
+            if seq == 0:
+                self.protocol_violation(link, "sequence numbers start at 1")
+                return
+            if mtype == m.DATA or mtype == m.BATCH:
+                flag = FLAGGED
         span = 1
         if mtype == m.DATA:
             if not link.recv.on_arrival(len(payload)):
@@ -953,7 +1122,7 @@ class SocketCore:
                 return
         if not link.ordered:
             link.expected_seq = max(link.expected_seq, seq + span)
-            self._process(link, mtype, payload, seq)
+            self._process(link, mtype | flag, payload, seq)
             return
         if seq == link.expected_seq:
             # The sequence moves on before a hook runs: a hook that raises loses only its own
@@ -964,13 +1133,13 @@ class SocketCore:
             link.expected_seq = seq + span
             failed: Exception | None = None
             try:
-                self._process(link, mtype, payload, seq)
+                self._process(link, mtype | flag, payload, seq)
             except Exception as exc:
                 failed = exc
             while reorder and link.expected_seq in reorder:
                 s = link.expected_seq
                 t, p = reorder.pop(s)
-                span = len(p) if t == m.BATCH else 1
+                span = len(p) if t & 0xFF == m.BATCH else 1
                 if span > 1 and reorder and self._overlaps(link, s, span):
                     break  # (the link is closed; a hook's error above is still raised)
                 link.expected_seq = s + span
@@ -981,7 +1150,7 @@ class SocketCore:
             if failed is not None:
                 raise failed
         elif seq > link.expected_seq and seq not in link.reorder:
-            link.reorder[seq] = (mtype, payload)
+            link.reorder[seq] = (mtype | flag, payload)
         else:
             self.protocol_violation(link, f"sequence number {seq} repeated")
             return
@@ -999,7 +1168,16 @@ class SocketCore:
         return False
 
     def _process(self, link: Link, mtype: int, payload: Any, seq: int) -> None:
+        if mtype > 0xFF:  # flagged: note each message's processing index, then as usual
+            mtype &= 0xFF
+            q = link.confirm_q
+            base = link.data_in
+            if mtype == m.DATA:
+                q.append((base + 1, seq))
+            else:
+                q.extend((base + 1 + i, seq + i) for i in range(len(payload)))
         if mtype == m.DATA:
+            link.data_in += 1
             link.processed += 1
             self.stats["received"] += 1
             obs = self.node.observer
@@ -1008,6 +1186,7 @@ class SocketCore:
             self.on_data(link, payload)
         elif mtype == m.BATCH:
             count = len(payload)
+            link.data_in += count
             link.processed += count
             self.stats["received"] += count
             obs = self.node.observer
@@ -1058,10 +1237,21 @@ class SocketCore:
             link.advance(ev)
         self._forget(link)
 
-    def _forget(self, link: Link) -> None:
+    def _forget(self, link: Link, graceful: bool = False) -> None:
         if self.links.get(link.peer) is link:
             del self.links[link.peer]
             self._ring = None
+        if not graceful:  # DATA not handed on yet stays here: the link cannot carry it
+            never_left = (list(range(link.pending_seq, link.pending_seq + len(link.pending)))
+                          if link.pending else [])
+            link.pending = []
+        else:
+            never_left = []
+        if self.jar.out and self.jar.outstanding(link.peer, link.my_inc):
+            self.jar.link_ended(link.peer, link.my_inc, never_left, graceful)
+        if link.confirm_q or link.takens_sent or link.taken_out or link.dropped_out or (
+                link.reorder and any(t > 0xFF for t, _ in link.reorder.values())):
+            self._final_word(link)
         link.recv.release()
         for payload in link.inq:
             self.orphans.append(Received(payload, link.peer))
@@ -1071,6 +1261,28 @@ class SocketCore:
             self._relink.discard(link.peer)
             if not self.closed:
                 self._schedule_retry(link.peer)
+
+    def _final_word(self, link: Link) -> None:
+        """The link ended here: what was sent with a cookie and not taken will not be, unless
+        a pattern holds it still (then the word follows its :meth:`delivered_from` or
+        :meth:`dropped_from`, or the socket's close)."""
+        for seq, (t, p) in link.reorder.items():
+            if t > 0xFF:  # arrived early, never processed
+                link.dropped_out.extend(range(seq, seq + (len(p) if t & 0xFF == m.BATCH else 1)))
+        q = link.confirm_q
+        if q and self._default_on_data:
+            # The default queue: drop them from it (the rest stays readable as orphans).
+            base = link.recv.delivered + 1
+            flagged = {index - base for index, _ in q}
+            link.inq = deque(p for i, p in enumerate(link.inq) if i not in flagged)
+        elif q and not self.closed and not self._default_on_data:
+            self._late.append(link)  # the pattern's own queue holds them
+            if link.taken_out or link.dropped_out:
+                self._send_taken(link, final=False)
+            return
+        link.dropped_out.extend(s for _, s in q)
+        q.clear()
+        self._send_taken(link, final=True)
 
     def _emit(self, peer: PeerId, msg: Message) -> None:
         self.node.emit(peer[0], m.encode(msg))

@@ -73,6 +73,7 @@ class Unwrapping(SocketCore):
             received = self.unwrap(got[1], got[0].peer)
             if received is not None:
                 return received
+            self.not_taken(got[0])  # skipped: not given to the application
 
     def orphan(self, received: Received) -> Received | None:
         return self.unwrap(received.payload, received.source)

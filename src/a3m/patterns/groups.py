@@ -157,6 +157,7 @@ class Radio(SocketCore):
     """
 
     kind = "RADIO"
+    send_keywords = frozenset({"group", "strategy"})
     peers = frozenset({"DISH", "GROUPDIR"})
     receives = False
     #: Delivery strategies by name; a subclass may add its own.

@@ -48,6 +48,7 @@ TARGET_CACHE = 1024
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Pub(SocketCore):
+    send_keywords = frozenset({"topic"})
     kind = "PUB"
     peers = frozenset({"SUB", "XSUB"})
     receives = False

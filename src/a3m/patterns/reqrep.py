@@ -32,6 +32,7 @@ class Req(SocketCore):
         self._next_id = self.rng.randrange(1 << 32)
         self._outstanding: tuple[Link, int] | None = None
         self._reply: Received | None = None
+        self._reply_link: Link | None = None
         self._failed: str | None = None
 
     def pattern_send(self, payload: bytes, **kw: Any) -> bool:
@@ -52,11 +53,12 @@ class Req(SocketCore):
     def on_data(self, link: Link, payload: bytes) -> None:
         framed = split_id(payload)
         out = self._outstanding
-        self.delivered_from(link)  # replies never wait in a queue: credits return at once
         if framed is None or out is None or out[0] is not link or framed[0] != out[1]:
+            self.dropped_from(link)
             self.protocol_violation(link, "a reply to no outstanding request")
             return
         self._reply = Received(framed[1], link.peer)
+        self._reply_link = link  # its credit returns when the application takes it
         self._outstanding = None
 
     def on_link_removed(self, link: Link) -> None:
@@ -69,6 +71,9 @@ class Req(SocketCore):
     def choose_recv(self) -> Received | None:
         if self._reply is not None:
             reply, self._reply = self._reply, None
+            if self._reply_link is not None:
+                self.delivered_from(self._reply_link)
+                self._reply_link = None
             return reply
         if self._failed is not None:
             why, self._failed = self._failed, None
@@ -103,7 +108,10 @@ class Rep(SocketCore):
     def on_link_removed(self, link: Link) -> None:
         # Requests from a peer that went away can no longer be answered: forget them.
         # The owed request stays: the reply to it raises LinkError (the sender sees it).
-        self._requests = deque(r for r in self._requests if r[0] is not link)
+        gone = sum(1 for r in self._requests if r[0] is link)
+        if gone:
+            self._requests = deque(r for r in self._requests if r[0] is not link)
+            self.dropped_from(link, gone)
 
     def choose_recv(self) -> Received | None:
         if self._owed is not None:
@@ -112,10 +120,11 @@ class Rep(SocketCore):
             self._owed = None  # its requester went away: nobody waits for that reply
         while self._requests:
             link, ident, body = self._requests.popleft()
-            self.delivered_from(link)
             if link.established:
+                self.delivered_from(link)
                 self._owed = (link, ident)
                 return Received(body, link.peer)
+            self.dropped_from(link)
         return None
 
     @property

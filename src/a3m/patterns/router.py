@@ -24,6 +24,7 @@ class Dealer(SocketCore):
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Router(SocketCore):
+    send_keywords = frozenset({"to"})
     kind = "ROUTER"
     peers = frozenset({"DEALER", "ROUTER"})
 

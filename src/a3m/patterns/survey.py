@@ -32,7 +32,7 @@ class Surveyor(SocketCore):
         self._survey = self.rng.randrange(1 << 32)
         self._deadline: float | None = None  # of the survey under way
         self._expired = False  # its deadline passed (answers after it are dropped)
-        self._answers: deque[Received] = deque()
+        self._answers: deque[tuple[Link, Received]] = deque()
 
     def extra_options(self) -> dict[str, Any]:
         return {"survey_time_s": self.survey_time_s}
@@ -50,6 +50,8 @@ class Surveyor(SocketCore):
         if not send_to_all(self, links, with_id(survey, payload)):
             return False
         self._survey = survey
+        for link, _ in self._answers:  # unread answers to the last survey: dropped
+            self.dropped_from(link)
         self._answers.clear()
         self._deadline = self.node.now + self.survey_time_s
         self._expired = False
@@ -59,15 +61,18 @@ class Surveyor(SocketCore):
         return all(lk.can_send for lk in self.established_links())
 
     def on_data(self, link: Link, payload: bytes) -> None:
-        self.delivered_from(link)
         framed = split_id(payload)
         if (framed is not None and framed[0] == self._survey and self._deadline is not None
                 and not self._expired and self.node.now < self._deadline):
-            self._answers.append(Received(framed[1], link.peer))
+            self._answers.append((link, Received(framed[1], link.peer)))
+        else:
+            self.dropped_from(link)  # a late answer, or to an earlier survey
 
     def choose_recv(self) -> Received | None:
         if self._answers:
-            return self._answers.popleft()
+            link, answer = self._answers.popleft()
+            self.delivered_from(link)
+            return answer
         if self._deadline is None:
             raise UsageError("SURVEYOR: no survey under way; send one first")
         if self._expired or self.node.now >= self._deadline:
@@ -113,10 +118,11 @@ class Respondent(SocketCore):
     def choose_recv(self) -> Received | None:
         while self._surveys:
             link, ident, body = self._surveys.popleft()
-            self.delivered_from(link)
             if link.established:
+                self.delivered_from(link)
                 self._owed = (link, ident)
                 return Received(body, link.peer)
+            self.dropped_from(link)
         return None
 
     @property

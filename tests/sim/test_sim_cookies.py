@@ -1,0 +1,176 @@
+"""Cookies under simulated faults: every message sent with a cookie gets exactly one outcome,
+DELIVERED exactly for those the peer application took, NOT_DELIVERED never for one it took,
+through loss, duplication, reordering, partitions, receiver sockets closing with messages
+unread, and receiver nodes crashing and restarting under the same id.
+
+Over many seeds (``A3M_SIM_SEED=<n>`` replays one: the failure names it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from random import Random
+
+import pytest
+
+from a3m.core.cookies import DELIVERED, NOT_DELIVERED, UNKNOWN
+from a3m.core.socket_core import SocketCore
+from a3m.exon import ExonConfig
+from a3m.testing.sim import LinkModel, Network, seed_from_env
+from a3m.testing.sim_node import NodeHost
+
+from .conftest import SIMULATED
+
+CFG = ExonConfig(idle_release_s=0.5, probe_interval_s=1.0, probe_interval_max_s=4.0,
+                 peer_timeout_s=8.0)
+MODELS = [LinkModel(loss=0.2, dup=0.1, reorder=0.3), LinkModel(loss=0.05, dup=0.3, reorder=0.8,
+                                                               jitter_s=0.004),
+          LinkModel(loss=0.35, reorder=0.5)]
+
+
+class Receiver:
+    """The receiving node ``b``: a PULL whose application takes messages at a random pace,
+    which may close its socket (and open a new one) or crash and restart."""
+
+    def __init__(self, net: Network, rng: Random) -> None:
+        self.net = net
+        self.rng = rng
+        self.taken: list[int] = []
+        self.incarnations = 0
+        self.start(None)
+
+    def start(self, clock: object) -> None:
+        self.incarnations += 1
+        host = NodeHost("b", Random(self.rng.random()), CFG,
+                        clock_store=clock)  # type: ignore[arg-type]
+        host.proto.associate("a", self.net.address.get("a", "a@0"))
+        self.host = host
+        self.pull = host.core.create("PULL", "sink", capacity=16)
+        self.closing: SocketCore | None = None
+        host.app = self.app
+        if "b" in self.net.hosts or self.incarnations > 1:
+            self.net.replace_host("b", host)
+        else:
+            self.net.add("b", host)
+
+    def app(self, host: NodeHost, now: float) -> None:
+        if self.closing is not None and self.closing.is_drained:
+            host.core.remove("sink")  # as the runtime frees the tag once closed
+            self.closing = None
+            self.pull = host.core.create("PULL", "sink", capacity=16)
+        if self.closing is None:
+            for _ in range(self.rng.randrange(4)):  # a random pace: unread ones pile up
+                got = self.pull.try_recv()
+                if got is None:
+                    break
+                self.taken.append(int(got.payload))
+
+    def close_socket(self) -> None:
+        if self.closing is None:
+            self.pull.close(self.net.now)
+            self.closing = self.pull
+            self.net.flush("b")
+
+    def crash_restart(self) -> None:
+        self.start(self.host.clock_store)
+        self.net.flush("b")
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_every_cookie_gets_one_true_outcome(seed: int) -> None:
+    seed = seed_from_env(7000 + seed)
+    rng = Random(seed)
+    net = Network(seed, MODELS[seed % len(MODELS)])
+    a = NodeHost("a", Random(rng.random()), CFG)
+    net.add("a", a)
+    b = Receiver(net, rng)
+    a.proto.associate("b", net.address["b"])
+    push = a.core.create("PUSH", "src", capacity=16, reconnect=True, keepalive_s=1.0,
+                         retry_base_s=0.05, retry_max_s=0.5)
+    n = 1500
+    sent = [0]
+    outcomes: dict[int, list[str]] = {}
+
+    def app_a(host: NodeHost, now: float) -> None:
+        if not push.links and not push.retry_at:  # refused while the old PULL was closing
+            push.link(("b", "sink"), now)
+        while sent[0] < n and push.try_send(b"%d" % sent[0], cookie=sent[0]):
+            sent[0] += 1
+        for cookie, peer, outcome in push.take_cookies(1000):
+            assert peer == ("b", "sink")
+            outcomes.setdefault(int(cookie), []).append(outcome)  # type: ignore[call-overload]
+
+    a.app = app_a
+    push.link(("b", "sink"), 0.0)
+    net.flush("a")
+    # Faults while the stream runs: a socket close, a crash, a partition, in a random order.
+    faults = [b.close_socket, b.crash_restart, lambda: net.partition(
+        {"a"}, net.now, net.now + rng.uniform(0.5, 3.0))]
+    rng.shuffle(faults)
+    for i, fault in enumerate(faults):
+        net.at(1.0 + 4.0 * i + rng.uniform(0, 2.0), fault)
+    net.run_until(lambda: sent[0] >= n and len(outcomes) >= n, max_time=900,
+                  what="every outcome")
+    net.run_for(5.0)  # nothing more may come
+    taken = Counter(b.taken)
+    assert all(c == 1 for c in taken.values()), "a message taken twice"
+    assert sorted(outcomes) == list(range(n))
+    for i, got in outcomes.items():
+        assert len(got) == 1, f"message {i}: outcomes {got}"
+        if got[0] == DELIVERED:
+            assert i in taken, f"message {i}: DELIVERED but never taken"
+        elif got[0] == NOT_DELIVERED:
+            assert i not in taken, f"message {i}: NOT_DELIVERED but taken"
+        else:
+            assert got[0] == UNKNOWN
+    kinds = Counter(o[0] for o in outcomes.values())
+    # Most messages went through a live socket: those are known exactly.
+    assert kinds[DELIVERED] >= n // 3, kinds
+    SIMULATED["messages"] += n
+    SIMULATED["runs"] += 1
+
+
+def test_cookies_cost_nothing_when_unused_and_fan_out_gives_one_per_member() -> None:
+    """PUB to three SUBs with a cookie: three outcomes, each DELIVERED once its SUB took it;
+    a SUB that unsubscribed before taking its copy makes it NOT_DELIVERED."""
+    net = Network(seed_from_env(11), LinkModel(loss=0.1, reorder=0.3))
+    rng = Random(net.seed)
+    hosts = {n: NodeHost(n, Random(rng.random()), CFG) for n in ("p", "s1", "s2", "s3")}
+    for name, h in hosts.items():
+        net.add(name, h)
+    for x in hosts:
+        for y in hosts:
+            if x != y:
+                hosts[x].proto.associate(y, net.address[y])
+    pub = hosts["p"].core.create("PUB", "pub")
+    subs = {n: hosts[n].core.create("SUB", "sub") for n in ("s1", "s2", "s3")}
+    for sub in subs.values():
+        sub.subscribe(b"")
+        sub.link(("p", "pub"), 0.0)
+    for n in subs:
+        net.flush(n)
+    net.run_until(lambda: len(pub.established_links()) == 3 and all(
+        s.is_linked() for s in subs.values()), max_time=60, what="links")
+    assert pub.try_send(b"plain", topic=b"t")  # no cookie: no outcome
+    assert pub.try_send(b"hello", cookie="c1", topic=b"t")
+    net.flush("p")
+    got: dict[str, bytes] = {}
+
+    def take(name: str) -> None:
+        while (r := subs[name].try_recv()) is not None:
+            if r.payload == b"hello":
+                got[name] = r.payload
+
+    for name in ("s1", "s2"):
+        hosts[name].app = lambda host, now, name=name: take(name)
+    # s3 unsubscribes with its copy unread, then looks: the copy is skipped, not taken.
+    net.run_until(lambda: len(got) == 2 and subs["s3"].readable, max_time=60, what="arrivals")
+    subs["s3"].unsubscribe(b"")
+    assert subs["s3"].try_recv() is None
+    net.flush("s3")
+    outcomes: list[tuple[object, tuple[str, str], str]] = []
+    hosts["p"].app = lambda host, now: outcomes.extend(pub.take_cookies(10))
+    net.run_until(lambda: len(outcomes) >= 3, max_time=120, what="outcomes")
+    assert sorted((peer[0], outcome) for _, peer, outcome in outcomes) == [
+        ("s1", DELIVERED), ("s2", DELIVERED), ("s3", NOT_DELIVERED)]
+    assert {c for c, _, _ in outcomes} == {"c1"}
