@@ -57,10 +57,15 @@ ONE = "ONE"
 
 POLLIN = 1
 POLLOUT = 2
+POLLCOOKIE = 4
+
+# What became of a message sent with a cookie (a3m.Cookie.outcome): the peer socket's
+# application took it; the peer's node ended after it may have taken it; it never will be.
+from a3m.core.cookies import DELIVERED, NOT_DELIVERED, UNKNOWN  # noqa: E402
 
 _LAZY = {"Node": "a3m.runtime.node", "Socket": "a3m.runtime.sockets",
          "Poller": "a3m.runtime.sockets", "SocketId": "a3m.runtime.sockets",
-         "ReceivedMessage": "a3m.runtime.sockets", "proxy": "a3m.runtime.proxy"}
+         "ReceivedMessage": "a3m.runtime.sockets", "Cookie": "a3m.runtime.sockets", "proxy": "a3m.runtime.proxy"}
 
 
 def __getattr__(name: str) -> object:
@@ -73,7 +78,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "ALL", "BUS", "DEALER", "DISH", "ONE", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH",
+    "ALL", "BUS", "Cookie", "DELIVERED", "NOT_DELIVERED", "POLLCOOKIE", "UNKNOWN", "DEALER", "DISH", "ONE", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH",
     "RADIO", "REP", "REQ", "RESPONDENT", "ROUTER", "SUB", "SURVEYOR", "XPUB", "XSUB",
     "Node", "Poller", "ReceivedMessage", "Socket", "SocketId", "proxy",
     "A3MError",

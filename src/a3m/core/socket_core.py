@@ -18,8 +18,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from mypy_extensions import mypyc_attr
 
 from a3m.core import message as m
-from a3m.core.cookies import CONFIRM, FLAGGED, SEQ_MASK, CookieJar, Outcome, decode_taken, \
-    encode_taken, taken_chunks
+from a3m.core.cookies import (
+    CONFIRM,
+    FLAGGED,
+    SEQ_MASK,
+    CookieJar,
+    Outcome,
+    decode_taken,
+    encode_taken,
+    taken_chunks,
+)
 from a3m.core.link import (
     ALREADY_LINKED,
     CANCELLED,
@@ -593,8 +601,8 @@ class SocketCore:
 
     @property
     def is_drained(self) -> bool:
-        """After close: every link has closed."""
-        return not self.links
+        """After close: every link has closed, and every cookie's outcome is known."""
+        return not self.links and not self.jar.out
 
     def try_send(self, payload: bytes, cookie: object | None = None, **kw: Any) -> bool:
         """Send now if a link takes it (False: it must wait). ``cookie``: the outcome of the

@@ -42,6 +42,7 @@ class Owner(Protocol):
 
 POLLIN = 1
 POLLOUT = 2
+POLLCOOKIE = 4  # outcomes of messages sent with a cookie are ready (recv_cookie)
 
 #: Most sends a socket's buffer takes between two turns of the I/O thread.
 SEND_BUFFER = 1024
@@ -67,6 +68,18 @@ class SocketId(NamedTuple):
             return cls(node, tag)
         raise UsageError(f"a peer socket is SocketId(node, tag), (node, tag) or 'node/tag': "
                          f"{peer!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Cookie:
+    """What became of a message sent with ``cookie=``: ``value`` is that object, ``peer``
+    the socket it went to, ``outcome`` one of ``a3m.DELIVERED`` (the peer's application
+    took it), ``a3m.NOT_DELIVERED`` (it surely never will) or ``a3m.UNKNOWN`` (the peer's
+    node ended after it may have taken it)."""
+
+    value: Any
+    peer: SocketId
+    outcome: str
 
 
 @dataclass(slots=True)
@@ -176,10 +189,14 @@ class Socket:
 
     # ------------------------------------------------------------------ messages
 
-    def send(self, data: bytes, timeout: float | None = None, **kw: Any) -> None:
+    def send(self, data: bytes, timeout: float | None = None, cookie: Any = None,
+             **kw: Any) -> None:
         """Send a message; blocks while no link can take it (no link, no credits).
 
-        ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`).
+        ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`). ``cookie``: any
+        object; what became of the message comes back with it, once per peer it went to
+        (:meth:`recv_cookie`); a send with a cookie also waits while ``max_cookies``
+        outcomes are unread.
 
         In a stream (a send within ``cork_s`` of the previous one) on a socket with the
         default send hooks (PUSH, PAIR, DEALER...), sends wait in the socket's buffer for
@@ -189,7 +206,7 @@ class Socket:
         if type(data) is not bytes:
             data = _as_bytes(data)
         buf = self._sbuf
-        if buf.room and not kw and len(data) <= self._fast_size and (
+        if buf.room and not kw and cookie is None and len(data) <= self._fast_size and (
                 timeout is None or timeout >= 0) and buf.offer(data):
             return
         _check_timeout(timeout)
@@ -203,10 +220,10 @@ class Socket:
                 core.node.now = now
                 if buf.items:
                     self._drain(now)  # what was buffered goes first
-                if not buf.items and core.try_send(data, **kw):
+                if not buf.items and core.try_send(data, cookie, **kw):
                     self.node._after_send(now, self)
                     return
-                why = self._why_blocked()
+                why = self._why_blocked(cookie is not None)
                 deadline, left = _time_left(
                     timeout, deadline, now,
                     f"{self.kind} socket {self.id.tag!r} cannot send now{why}",
@@ -217,20 +234,25 @@ class Socket:
                 drv.wait(left)
 
     def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
-                  **kw: Any) -> int:
+                  cookies: Iterable[Any] | None = None, **kw: Any) -> int:
         """Send ``messages`` in order, exactly once each, as a loop of :meth:`send` would, but
         taking the node's lock and handing work to the transport once per batch the links
         accept instead of once per message.
 
         Returns how many were sent: all of them, unless ``timeout`` passed after some went
         (the rest were not sent; send them again). Raises as :meth:`send` does when none
-        could be sent (``WouldBlock`` for ``timeout=0``, ``Timeout``)."""
+        could be sent (``WouldBlock`` for ``timeout=0``, ``Timeout``). ``cookies``: one per
+        message (None where a message has none), as :meth:`send`'s ``cookie``."""
         items = messages if type(messages) is list else list(messages)
+        marks = None if cookies is None else list(cookies)
+        if marks is not None and len(marks) != len(items):
+            raise UsageError("send_many: one cookie per message (None for none)")
         if set(map(type, items)) != {bytes}:  # (in C: most batches are bytes already)
             items = [m if type(m) is bytes else _as_bytes(m) for m in items]
         buf = self._sbuf
         n = len(items)
-        if (buf.room >= n > 0 and not kw and max(map(len, items)) <= self._fast_size
+        if (buf.room >= n > 0 and not kw and marks is None
+                and max(map(len, items)) <= self._fast_size
                 and (timeout is None or timeout >= 0) and buf.offer_many(items)):
             return n  # (the buffer is open: see send)
         _check_timeout(timeout)
@@ -245,14 +267,15 @@ class Socket:
                 core.node.now = now
                 if buf.items:
                     self._drain(now)  # what was buffered goes first
-                went = 0 if buf.items else core.try_send_many(items[sent:] if sent else items,
-                                                              **kw)
+                went = 0 if buf.items else core.try_send_many(
+                    items[sent:] if sent else items,
+                    None if marks is None else marks[sent:], **kw)
                 if went:
                     sent += went
                     self.node._after_send(now, self)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
-                    why = self._why_blocked()
+                    why = self._why_blocked(marks is not None)
                     deadline, left = _time_left(
                         timeout, deadline, now,
                         f"{self.kind} socket {self.id.tag!r} cannot send now{why}",
@@ -317,7 +340,7 @@ class Socket:
         (up to :data:`PREFETCH` in all) into the inbox behind what it holds already."""
         inbox = self._inbox
         if not inbox:
-            for peer, _, payloads in self._core.try_recv_runs(PREFETCH):
+            for peer, _, payloads in self._core.try_recv_runs(PREFETCH, True):
                 inbox.extend(zip(payloads, repeat(peer)))
         try:
             return inbox.popleft()
@@ -440,9 +463,32 @@ class Socket:
             self.node._stalled.discard(self)
         return moved
 
-    def _why_blocked(self) -> str:
+    def _why_blocked(self, cookie: bool = False) -> str:
         why = self._core.blocked_reason()
+        if cookie and self._core.jar.full:
+            why = (f"{self._core.jar.limit} outcomes of cookies unread (max_cookies): "
+                   "take them with recv_cookie() or cookies()")
         return f" ({why})" if why else ""
+
+    # ------------------------------------------------------------------ cookies
+
+    def recv_cookie(self, timeout: float | None = None) -> Cookie:
+        """The next outcome of a message sent with a cookie (waits as :meth:`recv`; also
+        after the socket closed, for the outcomes it learnt)."""
+        core = self._core
+        out = self._take(lambda: core.take_cookies(1) or None, timeout, "recv_cookie")
+        cookie, peer, outcome = out[0]
+        return Cookie(cookie, SocketId(*peer), outcome)
+
+    def cookies(self, max_items: int = 1000) -> list[Cookie]:
+        """The outcomes ready now, up to ``max_items``, without waiting (maybe [])."""
+        if not isinstance(max_items, int) or max_items < 1:
+            raise UsageError("cookies needs max_items >= 1")
+        with self.node._driver.lock:
+            got = self._core.take_cookies(max_items)
+            if got:
+                self.node._after_call()
+        return [Cookie(c, SocketId(*peer), outcome) for c, peer, outcome in got]
 
     def _pattern_call(self, name: str, *args: Any) -> None:
         method = getattr(self._core, name, None)
@@ -503,6 +549,9 @@ class Socket:
             core = self._core
             clean = drv.wait_until(lambda: core.is_drained or not drv.running,
                                    deadline) and clean
+            if core.jar.out:  # outcomes still awaited: nobody will hear them now
+                core.jar.abandon()
+                clean = False
             self._closed = True
             self.node._forget_socket(self.id.tag)
         return clean
@@ -575,4 +624,6 @@ class Poller:
             ev |= POLLIN
         if wanted & POLLOUT and sock._core.writable:
             ev |= POLLOUT
+        if wanted & POLLCOOKIE and sock._core.cookies_ready:
+            ev |= POLLCOOKIE
         return [(sock, ev)] if ev else []
