@@ -100,3 +100,25 @@ def test_a_pinned_key_from_a3m_key_admits_its_node_and_no_other(tmp_path: object
     assert refused.returncode != 0 and "refused a handshake as 'sink'" in refused.stderr
     rx.kill()
     rx.communicate(timeout=30)
+
+
+def test_send_confirm_prints_each_outcome_and_fails_unless_all_were_taken() -> None:
+    port = free_port()
+    rx = receiver("--node", "ck-sink", "--bind", f"127.0.0.1:{port}", "--tag", "in",
+                  "--count", "2", "--timeout", "30")
+    r = send("--node", "ck-src", "--peer", f"ck-sink=127.0.0.1:{port}", "--link",
+             "ck-sink/in", "--confirm", "--data", "a", "--data", "b", "--data", "c")
+    rx.communicate(timeout=30)
+    assert r.returncode == 1, r.stderr  # the receiver took two, then closed: c was not
+    lines = sorted(r.stdout.splitlines())
+    assert lines == ["0 delivered ck-sink/in", "1 delivered ck-sink/in",
+                     "2 not-delivered ck-sink/in"]
+    rx = receiver("--node", "ck-sink2", "--bind", f"127.0.0.1:{port}", "--tag", "in",
+                  "--count", "2", "--timeout", "30")
+    r = send("--node", "ck-src", "--peer", f"ck-sink2=127.0.0.1:{port}", "--link",
+             "ck-sink2/in", "--confirm", "--format", "json", "--data", "a", "--data", "b")
+    rx.communicate(timeout=30)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert sorted(row["message"] for row in rows) == [0, 1]
+    assert {row["outcome"] for row in rows} == {"delivered"}

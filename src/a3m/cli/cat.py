@@ -67,6 +67,11 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", help="send each line of this file ('-': standard input)")
     p.add_argument("--interval", type=float, default=0.0, metavar="S",
                    help="pause between messages")
+    p.add_argument("--confirm", action="store_true", help="send each message with a cookie "
+                   "and print what became of it (delivered: the peer application took it; "
+                   "not delivered; unknown); exit 1 unless every one was delivered")
+    p.add_argument("--confirm-timeout", type=float, default=30.0, metavar="S",
+                   help="with --confirm: how long to wait for the outcomes (default 30)")
     p.add_argument("--link-timeout", type=float, default=10.0, metavar="S",
                    help="how long to wait for the links (default 10)")
 
@@ -184,8 +189,11 @@ def run_send(args: argparse.Namespace) -> int:
             print(f"a3m send: no link within {args.link_timeout} s (is the peer up, and "
                   "--peer right?)", file=sys.stderr)
             return 1
-        kw = {"topic": args.topic[0]} if args.type in ("PUB", "XPUB") and args.topic else {}
+        kw: dict[str, Any] = ({"topic": args.topic[0]}
+                              if args.type in ("PUB", "XPUB") and args.topic else {})
         for data in _messages(args):
+            if args.confirm:
+                kw["cookie"] = sent
             sock.send(data, timeout=args.timeout, **kw)
             sent += 1
             if args.type in ASKING:
@@ -196,6 +204,8 @@ def run_send(args: argparse.Namespace) -> int:
                 time.sleep(args.interval)
         if not node.flush(timeout=args.timeout):
             print("a3m send: not everything was acknowledged in time", file=sys.stderr)
+            return 1
+        if args.confirm and not _confirm(sock, sent, args):
             return 1
     except a3m.Timeout:
         print(f"a3m send: timed out after {sent} message(s)", file=sys.stderr)
@@ -209,6 +219,35 @@ def run_send(args: argparse.Namespace) -> int:
         node.close(timeout=5)
     print(f"[a3m] sent {sent}", file=sys.stderr)
     return 0
+
+
+def _confirm(sock: Any, sent: int, args: argparse.Namespace) -> bool:
+    """Print each message's outcome as it becomes known (``N OUTCOME NODE/TAG``, or a JSON
+    line with ``--format json``); True when every message was delivered. Fan-out sockets
+    give one outcome per peer the message went to."""
+    import a3m
+
+    deadline = time.monotonic() + args.confirm_timeout
+    seen: set[int] = set()
+    good = True
+    while len(seen) < sent:
+        left = deadline - time.monotonic()
+        try:
+            c = sock.recv_cookie(timeout=max(0.0, left))
+        except (a3m.Timeout, a3m.WouldBlock):
+            missing = sent - len(seen)
+            print(f"a3m send: no outcome for {missing} message(s) within "
+                  f"{args.confirm_timeout} s", file=sys.stderr)
+            return False
+        seen.add(c.value)
+        good = good and c.outcome == a3m.DELIVERED
+        peer = f"{c.peer.node}/{c.peer.tag}"
+        if args.format == "json":
+            print(json.dumps({"message": c.value, "outcome": c.outcome, "peer": peer}))
+        else:
+            print(f"{c.value} {c.outcome.replace(' ', '-')} {peer}")
+        sys.stdout.flush()
+    return good
 
 
 def run_recv(args: argparse.Namespace) -> int:
