@@ -193,3 +193,54 @@ def test_sink_to_source_chain_is_exactly_once_through_a_killed_worker(tmp_path: 
         b.stop()
         collector.stop(tmp_path / "spool")
     assert sorted(got) == sorted(f"r{k}-{i}" for k in range(2) for i in range(300))
+
+
+@pytest.mark.spark
+def test_confirm_fails_the_task_when_the_receiver_dies_mid_batch(tmp_path: Path,
+                                                                  spark: Any) -> None:
+    """``confirm=true``: the peer's application takes 100 of 300 rows and closes its socket;
+    the rows it never took come back NOT_DELIVERED, the task fails instead of writing its
+    marker; with the socket back and the query restarted, the retry sends what was not
+    taken and the receiver's Deduplicator keeps each row once."""
+    import threading
+
+    src, ck = tmp_path / "in", tmp_path / "ck"
+    src.mkdir()
+    (src / "f0.json").write_text(
+        "\n".join(json.dumps({"payload": f"r{i}"}) for i in range(300)))
+    expected = sorted(f"r{i}".encode() for i in range(300))
+    with a3m.Node("confirm-peer") as peer:
+        host, port = peer.address
+        pull = peer.socket(a3m.PULL, "rows", capacity=32)
+        first: list[bytes] = []
+
+        def dies_mid_batch() -> None:
+            while len(first) < 100:
+                first.append(pull.recv(timeout=120))
+            pull.close(timeout=10)
+
+        died = threading.Thread(target=dies_mid_batch)
+        died.start()
+
+        def start() -> Any:
+            df = spark.readStream.schema("payload string").json(str(src))
+            return (df.writeStream.format("a3m").option("peers", "confirm-peer/rows")
+                    .option("addresses", f"confirm-peer={host}:{port}")
+                    .option("ledger", str(tmp_path / "ledger")).option("confirm", "true")
+                    .option("timeout", "60").option("checkpointLocation", str(ck)).start())
+
+        q = start()
+        with pytest.raises(Exception, match="not delivered"):
+            q.processAllAvailable()
+        q.stop()
+        died.join(30)
+        assert len(first) == 100
+        again = peer.socket(a3m.PULL, "rows")
+        with draining(again) as second:
+            q = start()
+            q.processAllAvailable()
+            q.stop()
+            _wait(lambda: len(set(first) | set(second)) >= 300, 30, "300 rows at the peer")
+    dedup = Deduplicator()
+    got = [p for m in first + second if (p := dedup.accept(m)) is not None]
+    assert sorted(got) == expected

@@ -10,7 +10,10 @@ reads a ``topic`` column), ``ledger`` (directory of the delivery ledger, default
 (seconds a task waits for links and for delivery, 60), ``idempotent`` (``true``: each message
 in an envelope naming its task and sequence, for a receiver's
 :class:`~a3m.spark.idempotent.Deduplicator`; then even a worker killed between delivering and
-writing its marker delivers each row once).
+writing its marker delivers each row once), ``confirm`` (``true``: each row is sent with a
+cookie and the task ends only once the peer application took every row; an outcome
+NOT_DELIVERED or UNKNOWN, or none within ``timeout``, fails the task, so that Spark retries it;
+implies ``idempotent``, which keeps each row once at a receiver that de-duplicates).
 
 Each task sends its rows, waits until the peers' nodes acknowledged every one
 (:meth:`a3m.Node.flush`), then writes a marker ``<batchId>/<partition>`` in the ledger. A task
@@ -172,6 +175,12 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
         if flag not in ("true", "false"):
             raise ValueError("the a3m sink's idempotent option is true or false")
         self.idempotent = flag == "true"
+        confirm = (_opt(options, "confirm", "false") or "false").lower()
+        if confirm not in ("true", "false"):
+            raise ValueError("the a3m sink's confirm option is true or false")
+        self.confirm = confirm == "true"
+        if self.confirm:
+            self.idempotent = True  # a retry resends rows of unknown fate: the envelope
         # A test's fault injection: "kill-after-send:<file>" makes the task that finds the
         # file delete it and SIGKILL its own Python worker after its rows were delivered and
         # before its ledger marker (the case only the idempotent envelope covers).
@@ -207,6 +216,20 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
             _nodes[key] = (node, sock)
             return node, sock
 
+    def _relink(self, sock: Any) -> None:
+        """Link again with peers a kept socket lost for good (a fatal refusal, such as a peer
+        socket that was closing when the link was retried)."""
+        import a3m
+
+        for peer in self.peers:
+            if not sock.wait_linked(peer, timeout=0):
+                try:
+                    sock.link(peer)
+                except a3m.UsageError:
+                    pass  # still closing: its retry links again
+        for peer in self.peers:
+            sock.wait_linked(peer, timeout=self.timeout)
+
     def write(self, iterator: Any) -> SinkCommit:
         from pyspark import TaskContext
 
@@ -226,7 +249,10 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
             producer = f"{query}/{batch_id}/{partition}"
             rows.sort(key=_row_key)  # every attempt sends the same rows in the same order
         node, sock = self._socket()
+        self._relink(sock)
         sent = skip
+        attempt = uuid.uuid4().hex  # (a cached socket may still hear of earlier attempts)
+        outcomes: dict[int, int] = {}  # row -> peers that took it
         try:
             for row in rows[skip:]:
                 payload = row["payload"]
@@ -234,18 +260,31 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
                     payload = payload.encode()
                 if producer is not None:
                     payload = wrap(producer, sent, bytes(payload))
+                kw: dict[str, Any] = {}
+                if self.confirm:
+                    kw["cookie"] = (attempt, sent)
                 if self.kind == "PUB":
                     topic = row["topic"]
-                    sock.send(bytes(payload), timeout=self.timeout,
-                              topic=topic.encode() if isinstance(topic, str)
-                              else bytes(topic or b""))
-                else:
-                    sock.send(bytes(payload), timeout=self.timeout)
+                    kw["topic"] = (topic.encode() if isinstance(topic, str)
+                                   else bytes(topic or b""))
+                sock.send(bytes(payload), timeout=self.timeout, **kw)
                 sent += 1
+                if self.confirm and sent % 256 == 0:
+                    self._outcomes(sock, attempt, outcomes, 0.0)  # a failure ends it early
             if not node.flush(timeout=self.timeout):
                 raise RuntimeError("a3m sink: peers did not acknowledge the batch in time")
+            if self.confirm:
+                self._confirmed(sock, attempt, outcomes, skip, sent)
             self._failpoint()
         except BaseException:
+            if self.confirm:
+                # Only rows the peer application took lead the retry's skip: the others are
+                # sent again (the envelope drops what a receiver already had).
+                taken, need = skip, self._copies()
+                while outcomes.get(taken, 0) >= need:
+                    taken += 1
+                ledger.mark(batch_id, partition, taken, complete=False)
+                raise
             # What was handed to the node is delivered while this worker lives: record it so
             # the task's retry sends only the rest.
             node.flush(timeout=self.timeout)
@@ -253,6 +292,47 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
             raise
         ledger.mark(batch_id, partition, sent)
         return SinkCommit(batch_id, partition, sent - skip, False)
+
+    def _copies(self) -> int:
+        """DELIVERED outcomes a row needs: one per peer for PUB, one for PUSH."""
+        return len(self.peers) if self.kind == "PUB" else 1
+
+    def _outcomes(self, sock: Any, attempt: str, outcomes: dict[int, int],
+                  wait: float) -> None:
+        """Collect this attempt's outcomes (waiting up to ``wait`` for the first); raise at
+        the first that is not DELIVERED."""
+        import a3m
+
+        got = sock.cookies(4096)
+        if not got and wait > 0:
+            try:
+                got = [sock.recv_cookie(timeout=wait)]
+            except (a3m.Timeout, a3m.WouldBlock):
+                return
+        for c in got:
+            if not (isinstance(c.value, tuple) and c.value[0] == attempt):
+                continue  # an earlier attempt's
+            index = c.value[1]
+            if c.outcome == a3m.DELIVERED:
+                outcomes[index] = outcomes.get(index, 0) + 1
+            else:
+                raise RuntimeError(f"a3m sink: row {index} was {c.outcome} at "
+                                   f"{c.peer.node}/{c.peer.tag}: the task fails for a retry")
+
+    def _confirmed(self, sock: Any, attempt: str, outcomes: dict[int, int], first: int,
+                   end: int) -> None:
+        """Wait until rows ``first..end-1`` are all known DELIVERED (``timeout``)."""
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        need = self._copies()
+        while any(outcomes.get(i, 0) < need for i in range(first, end)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sum(1 for i in range(first, end) if i not in outcomes)
+                raise RuntimeError(f"a3m sink: no outcome for {missing} row(s) within "
+                                   f"{self.timeout} s")
+            self._outcomes(sock, attempt, outcomes, min(left, 1.0))
 
     def _failpoint(self) -> None:
         if self.failpoint and self.failpoint.startswith("kill-after-send:"):
