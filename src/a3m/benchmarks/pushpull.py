@@ -66,7 +66,9 @@ def pull_receiver(ready: Any, results: Any, messages: int, size: int, check: boo
 
 
 def push_sender(address: Any, results: Any, messages: int, size: int, check: bool = False,
-                batch: int = 0, secure: bool = True, **_: Any) -> None:
+                batch: int = 0, secure: bool = True, cookies: bool = False, **_: Any) -> None:
+    """With ``cookies``, every message is sent with one (its number) and the sender reads
+    the outcomes as they come, then waits for the last of them before it closes."""
     import a3m
 
     try:
@@ -89,6 +91,17 @@ def push_sender(address: Any, results: Any, messages: int, size: int, check: boo
                     done = 0
                     while done < n:
                         done += push.send_many(chunk[done:], timeout=120)
+            elif cookies:
+                delivered = 0
+                for i in range(messages):
+                    push.send(SEQ.pack(i) + pad if check else same, timeout=120, cookie=i)
+                    if i & 1023 == 1023:
+                        delivered += sum(c.outcome == a3m.DELIVERED for c in push.cookies(4096))
+                while delivered < messages:
+                    c = push.recv_cookie(timeout=120)
+                    if c.outcome != a3m.DELIVERED:
+                        raise RuntimeError(f"message {c.value}: {c.outcome}")
+                    delivered += 1
             elif check:
                 for i in range(messages):
                     push.send(SEQ.pack(i) + pad, timeout=120)
@@ -99,6 +112,6 @@ def push_sender(address: Any, results: Any, messages: int, size: int, check: boo
             el = time.perf_counter() - t0
             stats = node.stats
         results.put({"side": "sender", "sent": messages, "send_s": el, "closed_clean": clean,
-                     "stats": stats["exon"]})
+                     "stats": stats["exon"], "cookies": cookies})
     except Exception as exc:
         results.put({"side": "sender", "error": repr(exc)})

@@ -38,6 +38,8 @@ THROUGHPUT_BASELINES = (
 
 #: The baseline that runs A3M itself with ``secure=False`` (the opt-out), same parameters.
 INSECURE = "a3m_insecure"
+#: With ``cookies``: the baseline that runs A3M the same way without them.
+NO_COOKIES = "a3m_no_cookies"
 
 
 def _opted_out(side: Side) -> Side:
@@ -61,20 +63,23 @@ def machine() -> dict[str, Any]:
 
 
 def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _: None,
-              baselines: bool = True, placement: str = "free", batch: int = 0
-              ) -> dict[str, Any]:
+              baselines: bool = True, placement: str = "free", batch: int = 0,
+              cookies: bool = False) -> dict[str, Any]:
     """Measure one workload and, in the same run and placement, its baselines. ``batch``
     (pushpull): A3M sends and receives that many messages per call (send_many, recv_many);
-    the baselines send one at a time as always."""
+    the baselines send one at a time as always. ``cookies`` (pushpull, reqrep): every A3M
+    message carries a cookie, and A3M without cookies runs beside it as a baseline."""
     wl = WORKLOADS[name]
     params: dict[str, Any] = {"messages": messages, "size": size}
     if batch:
         params["batch"] = batch
+    if cookies:
+        params["cookies"] = True
     t0 = time.perf_counter()
     progress(f"{name}: A3M, {messages} x {size} B, placement {placement}")
     rx, tx = run_pair(wl.receiver, wl.sender, params, placement=placement)
     result: dict[str, Any] = {"workload": name, "size": size, "messages": messages,
-                              "placement": placement, "batch": batch}
+                              "placement": placement, "batch": batch, "cookies": cookies}
     if wl.metric == "latency":  # the client (sender role) measured the round trips
         result.update({k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "max_us",
                                           "round_trips")})
@@ -83,8 +88,11 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
         result["received"] = rx["received"]
     result["a3m"] = {"receiver": rx.get("stats"), "sender": tx.get("stats")}
     base: dict[str, Any] = {}
-    if baselines:
-        for bname, module, brx, btx in wl.baselines:
+    compare = list(wl.baselines) if baselines else []
+    if cookies:  # the same A3M run without cookies, first
+        compare.insert(0, (NO_COOKIES, "a3m", wl.receiver, wl.sender))
+    if compare:
+        for bname, module, brx, btx in compare:
             if not peers.installed(module):
                 continue
             if bname == "raw_udp" and size > 65507:
@@ -94,6 +102,8 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
             progress(f"{name}: baseline {bname}, {n} x {size} B")
             # A3M's own opt-out runs exactly as A3M did (batch included); peers one at a time.
             bparams = dict(params) if bname == INSECURE else {"messages": n, "size": size}
+            if bname == NO_COOKIES:
+                bparams = {k: v for k, v in params.items() if k != "cookies"}
             try:
                 r, t = run_pair(brx, btx, bparams, placement=placement)
             except WorkerFailed as exc:
@@ -111,6 +121,11 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
         result["vs_raw_udp"] = round(result["msgs_per_s"] / base["raw_udp"]["msgs_per_s"], 3)
     if wl.metric == "latency" and base.get("pyzmq", {}).get("p50_us"):
         result["p50_vs_pyzmq"] = round(result["p50_us"] / base["pyzmq"]["p50_us"], 3)
+    plain = base.get(NO_COOKIES, {})
+    if wl.metric != "latency" and plain.get("msgs_per_s"):
+        result["vs_no_cookies"] = round(result["msgs_per_s"] / plain["msgs_per_s"], 3)
+    if wl.metric == "latency" and plain.get("p50_us"):
+        result["p50_vs_no_cookies"] = round(result["p50_us"] / plain["p50_us"], 3)
     clear = base.get(INSECURE, {})
     if wl.metric != "latency" and clear.get("msgs_per_s"):
         result["vs_insecure"] = round(result["msgs_per_s"] / clear["msgs_per_s"], 3)

@@ -66,7 +66,9 @@ def a3m_server(ready: Any, results: Any, messages: int, size: int, check: bool =
 
 
 def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool = False,
-               secure: bool = True, **_: Any) -> None:
+               secure: bool = True, cookies: bool = False, **_: Any) -> None:
+    """With ``cookies``, each request carries one (its number); the outcomes are read as
+    they come, outside the timed round trips, and all must be DELIVERED."""
     import a3m
 
     try:
@@ -78,16 +80,26 @@ def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool
             if not req.wait_linked(timeout=30):
                 raise RuntimeError("could not link")
             pad = b"q" * max(0, size - SEQ.size)
-            samples, wrong = [], 0
+            samples, wrong, delivered = [], 0, 0
             for i in range(_n(messages)):
                 body = SEQ.pack(i) + pad
                 t0 = time.perf_counter()
-                req.send(body, timeout=60)
+                if cookies:
+                    req.send(body, timeout=60, cookie=i)
+                else:
+                    req.send(body, timeout=60)
                 answer = req.recv(timeout=60)
                 samples.append(time.perf_counter() - t0)
                 wrong += answer != body
+                if cookies and i & 63 == 63:
+                    delivered += sum(c.outcome == a3m.DELIVERED for c in req.cookies(64))
+            while cookies and delivered < _n(messages):
+                if req.recv_cookie(timeout=60).outcome != a3m.DELIVERED:
+                    raise RuntimeError("a request was not delivered")
+                delivered += 1
             req.close(timeout=10)
-        results.put(latency_report(samples, wrong_answers=wrong, sent=len(samples)))
+        results.put(latency_report(samples, wrong_answers=wrong, sent=len(samples),
+                                   cookies=cookies))
     except Exception as exc:
         results.put({"side": "sender", "error": repr(exc)})
 

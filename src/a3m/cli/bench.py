@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--messages", type=int, default=None,
                    help="messages (default 200000; groups: 20000 per run)")
     p.add_argument("--no-baselines", action="store_true", help="measure A3M only")
+    p.add_argument("--cookies", action="store_true",
+                   help="pushpull, reqrep: every A3M message carries a cookie (its outcome is "
+                   "read by the sender); A3M without cookies runs beside it")
     p.add_argument("--batch", type=int, default=0, metavar="N",
                    help="pushpull: A3M sends and receives N messages per call (send_many, "
                         "recv_many); the baselines still one at a time")
@@ -155,9 +158,11 @@ def run(args: argparse.Namespace) -> int:
         return _error("--batch applies to pushpull only")
     if args.batch < 0:
         return _error("--batch must be >= 1")
+    if args.cookies and (args.workload not in ("pushpull", "reqrep") or args.batch):
+        return _error("--cookies applies to pushpull (without --batch) and reqrep")
     result = run_bench(args.workload, args.size, args.messages, _progress,
                        baselines=not args.no_baselines, placement=args.placement,
-                       batch=args.batch)
+                       batch=args.batch, cookies=args.cookies)
     from a3m.benchmarks.plot import plot_result
 
     text = _save(result, args, plot, plot_result)

@@ -135,6 +135,11 @@ class CookieJar:
         entry.cookies[seq] = cookie
         self.held += 1
 
+    def unsent(self, cookie: object) -> None:
+        """A message given up before any link took it: NOT_DELIVERED, to no peer."""
+        self.ready.append((cookie, ("", ""), NOT_DELIVERED))
+        self.held += 1
+
     def outstanding(self, peer: PeerId, inc: int) -> bool:
         return (peer, inc) in self.out
 

@@ -106,7 +106,7 @@ class Link:
         "ordered", "peer_tag_bytes", "my_tag_bytes", "retries", "attrs", "processed",
         "data_head", "last_active", "pinged_at", "batches", "pending", "pending_seq",
         "pending_confirm", "data_in", "confirm_q", "taken_out", "dropped_out", "takens_sent",
-        "last_taken",
+        "last_taken", "ahead",
     )
 
     def __init__(self, peer: PeerId, my_inc: int, initiator: bool, capacity: int,
@@ -164,6 +164,7 @@ class Link:
         self.dropped_out: list[int] = []
         self.takens_sent = 0
         self.last_taken = 0
+        self.ahead = 0  # flagged ones the runtime read ahead, not yet reported
         self.attrs: dict[str, object] = {}  # for socket patterns (e.g. a subscription set)
 
     def advance(self, ev: Ev) -> State:

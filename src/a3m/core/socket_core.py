@@ -120,6 +120,10 @@ class SocketCore:
         self._cookie: object | None = None
         #: Links that ended here while a pattern still held flagged messages of theirs.
         self._late: list[Link] = []
+        #: Flagged messages :meth:`take_runs` read ahead: (position among the messages it
+        #: took, link, sequence number); the runtime reports each (:meth:`taken_ahead`)
+        #: once the application took it from its inbox.
+        self.ahead_flags: list[tuple[int, Link, int]] = []
         self.links: dict[PeerId, Link] = {}
         self.orphans: deque[Received] = deque()  # delivered on links that have since closed
         self.refusals: dict[PeerId, int] = {}  # last refusal per peer (for wait_linked)
@@ -444,14 +448,6 @@ class SocketCore:
             q = link.inq
             if not q:
                 continue
-            if ahead and link.confirm_q:
-                before = link.confirm_q[0][0] - link.recv.delivered - 1
-                if before < 1:
-                    if runs:
-                        continue  # (taken by a later call, as its first)
-                    before = 1
-                if before < left:
-                    left = before  # (this link's run is then the last)
             if len(q) <= left:
                 got = list(q)
                 q.clear()
@@ -459,6 +455,8 @@ class SocketCore:
                 popleft = q.popleft
                 got = [popleft() for _ in range(left)]
             runs.append((link.peer, got))
+            if ahead and link.confirm_q:
+                self._hold_ahead(link, len(got), max_items - left)
             left -= len(got)
             self.delivered_from(link, len(got))
             if not left:
@@ -485,6 +483,29 @@ class SocketCore:
         self._returned(link, count)
         if link.confirm_q:
             self._account(link, link.dropped_out)
+
+    def _hold_ahead(self, link: Link, count: int, offset: int) -> None:
+        """The next ``count`` messages of ``link`` go to the runtime's inbox at ``offset``:
+        the flagged ones among them wait there to be reported (:attr:`ahead_flags`)."""
+        q = link.confirm_q
+        base = link.recv.delivered
+        end = base + count
+        flags = self.ahead_flags
+        while q and q[0][0] <= end:
+            index, s = q.popleft()
+            flags.append((offset + index - base - 1, link, s))
+            link.ahead += 1
+
+    def taken_ahead(self, link: Link, seq: int, taken: bool = True) -> None:
+        """The application took (``taken``; else: the inbox dropped) a flagged message read
+        ahead (:attr:`ahead_flags`)."""
+        link.ahead -= 1
+        (link.taken_out if taken else link.dropped_out).append(seq)
+        if link.state is State.CLOSED:  # its final word waits for the last of these
+            self._send_taken(link, final=not link.ahead and not link.confirm_q
+                             and link not in self._late)
+        else:
+            self.node.cork(self, link)
 
     def not_taken(self, link: Link) -> None:
         """The message just taken from ``link`` (:meth:`next_from_links`) was not given to
@@ -704,6 +725,8 @@ class SocketCore:
         if cookies is not None:
             if len(cookies) != len(payloads):
                 raise UsageError("send_many: one cookie per message (None for none)")
+            if self._batch_send and not kw:
+                return self._send_many_marked(payloads, cookies)
             sent = 0
             while sent < len(payloads) and self.try_send(payloads[sent], cookies[sent], **kw):
                 sent += 1
@@ -714,6 +737,35 @@ class SocketCore:
                 f"{largest} bytes > the largest message this node sends "
                 f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
         return self.pattern_send_many(payloads, **kw)
+
+    def _send_many_marked(self, payloads: list[bytes], cookies: list[Any]) -> int:
+        """:meth:`pattern_send_many`'s runs, with cookies (the default send hooks): each
+        link takes what its credits and the unread outcomes' bound allow, as BATCHes."""
+        jar = self.jar
+        n = min(len(payloads), jar.limit - jar.held)
+        sent = 0
+        while sent < n:
+            link = self.choose_send_link(payloads[sent])
+            if link is None:
+                break
+            k = min(link.send.edge - link.send.sent, n - sent)
+            if not link.batches or link.peer[0] == self.node.node_id:
+                for i in range(sent, sent + k):  # (each leaves flagged at once)
+                    self._cookie = cookies[i]
+                    try:
+                        self.send_on(link, payloads[i])
+                    finally:
+                        self._cookie = None
+            else:
+                seq = link.next_seq
+                self.send_many_on(link, payloads[sent:sent + k])
+                for i in range(k):
+                    cookie = cookies[sent + i]
+                    if cookie is not None:
+                        jar.add(link.peer, link.my_inc, seq + i, cookie)
+                        link.pending_confirm = True
+            sent += k
+        return sent
 
     def check_send_keywords(self, kw: dict[str, Any]) -> None:
         """TypeError for a keyword this pattern's send does not take (``send_keywords``)."""
@@ -1257,7 +1309,7 @@ class SocketCore:
             never_left = []
         if self.jar.out and self.jar.outstanding(link.peer, link.my_inc):
             self.jar.link_ended(link.peer, link.my_inc, never_left, graceful)
-        if link.confirm_q or link.takens_sent or link.taken_out or link.dropped_out or (
+        if link.confirm_q or link.takens_sent or link.taken_out or link.dropped_out or link.ahead or (
                 link.reorder and any(t > 0xFF for t, _ in link.reorder.values())):
             self._final_word(link)
         link.recv.release()
@@ -1290,7 +1342,7 @@ class SocketCore:
             return
         link.dropped_out.extend(s for _, s in q)
         q.clear()
-        self._send_taken(link, final=True)
+        self._send_taken(link, final=not link.ahead)
 
     def _emit(self, peer: PeerId, msg: Message) -> None:
         self.node.emit(peer[0], m.encode(msg))

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from a3m.journal import NodeJournal
 
 _EXON_FIELDS = {f.name for f in fields(ExonConfig)}
+#: While an inbox holds messages sent with a cookie, the I/O thread looks this often for
+#: those the application took (their outcome is reported at that turn, or sooner).
+AHEAD_LOOK_S = 0.002
 
 
 class Node:
@@ -90,6 +93,9 @@ class Node:
         #: Sockets whose send buffer is open (see :meth:`Socket.send`): the I/O thread's
         #: turn hands what they buffered to the core, by the end of the cork window.
         self._buffering: set[Socket] = set()
+        #: Sockets whose inbox holds messages sent with a cookie: each turn reports those
+        #: the application took since (Socket._report), and turns come every AHEAD_LOOK_S.
+        self._reading_ahead: set[Socket] = set()
         #: Sockets whose buffer holds sends no link can take now (a link went away): retried
         #: on every turn (credits and links come with events).
         self._stalled: set[Socket] = set()
@@ -268,7 +274,11 @@ class Node:
         if self._buffering or self._bridge.has_output():
             due = self._cork.until
             if t is None or due < t:
-                return due
+                t = due
+        if self._reading_ahead:
+            due = time.monotonic() + AHEAD_LOOK_S
+            if t is None or due < t:
+                t = due
         return t
 
     def _upper_output(self) -> bool:
@@ -283,6 +293,8 @@ class Node:
             self._driver.notify_all()
         if self._buffering or self._stalled:
             self._take_buffers(now)
+        for sock in list(self._reading_ahead):
+            sock._report()
         self._bridge.pump(now)
         for fn in self._listeners:
             fn()

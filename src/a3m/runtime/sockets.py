@@ -34,6 +34,7 @@ class Owner(Protocol):
     _core: NodeCore
     _buffering: set[Socket]  # open send buffers: the node's turn drains them
     _stalled: set[Socket]  # buffers holding sends no link takes now: retried every turn
+    _reading_ahead: set[Socket]  # inboxes holding messages sent with a cookie
 
     def _after_call(self) -> None: ...
     def _after_send(self, now: float, sock: Socket | None = None) -> None: ...
@@ -68,6 +69,13 @@ class SocketId(NamedTuple):
             return cls(node, tag)
         raise UsageError(f"a peer socket is SocketId(node, tag), (node, tag) or 'node/tag': "
                          f"{peer!r}")
+
+
+class _Marked(NamedTuple):
+    """A send waiting in the buffer with its cookie."""
+
+    payload: bytes
+    cookie: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +147,15 @@ class Socket:
         self._closed = False
         #: The send buffer (see :meth:`send`): sends that wait for the I/O thread's turn
         #: without having taken the node's lock, under their own small lock.
-        self._sbuf: SendBuffer[bytes] = SendBuffer()
+        self._sbuf: SendBuffer[bytes | _Marked] = SendBuffer()
         self._fast_size = node._core.max_message_size - m.DATA_OVERHEAD_MAX
         #: Messages taken ahead from the core with their source (see :meth:`recv`).
         self._inbox: deque[tuple[bytes, tuple[str, str]]] = deque()
         self._prefetch = core.plain_recv
+        #: Messages ever put in the inbox, and the flagged ones (sent with a cookie) among
+        #: them, by that count: the application took one once fewer remain than its count.
+        self._put = 0
+        self._flags: deque[tuple[int, Any, int]] = deque()
 
     # ------------------------------------------------------------------ links
 
@@ -206,8 +218,10 @@ class Socket:
         if type(data) is not bytes:
             data = _as_bytes(data)
         buf = self._sbuf
-        if buf.room and not kw and cookie is None and len(data) <= self._fast_size and (
-                timeout is None or timeout >= 0) and buf.offer(data):
+        if buf.room and not kw and len(data) <= self._fast_size and (
+                timeout is None or timeout >= 0) and (
+                cookie is None or self._core.jar.held + len(buf.items) < self._core.jar.limit
+                ) and buf.offer(data if cookie is None else _Marked(data, cookie)):
             return
         _check_timeout(timeout)
         drv = self.node._driver
@@ -251,9 +265,13 @@ class Socket:
             items = [m if type(m) is bytes else _as_bytes(m) for m in items]
         buf = self._sbuf
         n = len(items)
-        if (buf.room >= n > 0 and not kw and marks is None
-                and max(map(len, items)) <= self._fast_size
-                and (timeout is None or timeout >= 0) and buf.offer_many(items)):
+        if (buf.room >= n > 0 and not kw and max(map(len, items)) <= self._fast_size
+                and (timeout is None or timeout >= 0) and (
+                    marks is None
+                    or self._core.jar.held + len(buf.items) + n <= self._core.jar.limit)
+                and buf.offer_many(
+                    items if marks is None else [p if c is None else _Marked(p, c)
+                                                 for p, c in zip(items, marks, strict=True)])):
             return n  # (the buffer is open: see send)
         _check_timeout(timeout)
         drv = self.node._driver
@@ -339,13 +357,39 @@ class Socket:
         """Under the node's lock: the next message with its source, and what else is there
         (up to :data:`PREFETCH` in all) into the inbox behind what it holds already."""
         inbox = self._inbox
+        if self._flags:
+            self._report()
         if not inbox:
-            for peer, _, payloads in self._core.try_recv_runs(PREFETCH, True):
+            core = self._core
+            for peer, _, payloads in core.try_recv_runs(PREFETCH, True):
                 inbox.extend(zip(payloads, repeat(peer)))
+                self._put += len(payloads)
+            if core.ahead_flags:
+                self._read_ahead(self._put - len(inbox))
         try:
             return inbox.popleft()
         except IndexError:
             return None
+
+    def _read_ahead(self, base: int) -> None:
+        """Under the node's lock: the flagged messages just put in the inbox from count
+        ``base`` on wait there to be reported when taken (the node's turns look)."""
+        core = self._core
+        self._flags.extend((base + pos, link, s) for pos, link, s in core.ahead_flags)
+        core.ahead_flags.clear()
+        self.node._reading_ahead.add(self)
+
+    def _report(self) -> bool:
+        """Under the node's lock: report the flagged messages the application took from the
+        inbox since; True while some still wait there."""
+        flags = self._flags
+        taken = self._put - len(self._inbox)  # (pops only lower the length: never early)
+        core = self._core
+        while flags and flags[0][0] < taken:
+            core.taken_ahead(flags[0][1], flags.popleft()[2])
+        if not flags:
+            self.node._reading_ahead.discard(self)
+        return bool(flags)
 
     def _from_inbox(self, max_items: int) -> list[tuple[bytes, tuple[str, str]]]:
         """Up to ``max_items`` messages from the inbox, in order (threads may share it)."""
@@ -456,12 +500,45 @@ class Socket:
         stays first in line: the node retries the socket on every turn."""
         self._core.node.now = now
         buf = self._sbuf
-        moved = buf.drain(self._core.try_send_many)
+        moved = buf.drain(self._hand_on)
         if buf.stalled:
             self.node._stalled.add(self)
         else:
             self.node._stalled.discard(self)
         return moved
+
+    def _drop_flagged(self) -> None:
+        """Under the node's lock, at close: flagged messages still in the inbox leave it,
+        reported NOT_DELIVERED (the rest stays readable)."""
+        if not self._flags or not self._report():
+            return
+        inbox = self._inbox
+        first = self._put - len(inbox)
+        gone = {at - first for at, _, _ in self._flags}
+        kept = [x for i, x in enumerate(inbox) if i not in gone]
+        inbox.clear()
+        inbox.extend(kept)
+        self._put = first + len(kept)
+        while self._flags:
+            _, link, s = self._flags.popleft()
+            self._core.taken_ahead(link, s, taken=False)
+        self.node._reading_ahead.discard(self)
+
+    def _gave_up(self, items: list[bytes | _Marked]) -> bool:
+        """Buffered sends given up at close: those with a cookie are NOT_DELIVERED (to no
+        peer: an empty SocketId). True when there were any."""
+        for x in items:
+            if type(x) is _Marked:
+                self._core.jar.unsent(x.cookie)
+        return bool(items)
+
+    def _hand_on(self, items: list[bytes | _Marked]) -> int:
+        """The buffered sends to the core (those with a cookie as such): how many it took."""
+        if _Marked not in set(map(type, items)):  # (in C: the common case, no cookie)
+            return self._core.try_send_many(items)  # type: ignore[arg-type]
+        payloads = [x.payload if type(x) is _Marked else x for x in items]
+        cookies = [x.cookie if type(x) is _Marked else None for x in items]
+        return self._core.try_send_many(payloads, cookies)  # type: ignore[arg-type]
 
     def _why_blocked(self, cookie: bool = False) -> str:
         why = self._core.blocked_reason()
@@ -541,9 +618,10 @@ class Socket:
                 return not buf.items or not drv.running
 
             drv.wait_until(sent, deadline)
-            if buf.clear():  # no link took them in time: they were not sent
+            if self._gave_up(buf.clear()):  # no link took them in time: not sent
                 clean = False
                 self.node._stalled.discard(self)
+            self._drop_flagged()
             self._core.close(time.monotonic())
             self.node._after_call()
             core = self._core
