@@ -135,6 +135,22 @@ class CookieJar:
         entry.cookies[seq] = cookie
         self.held += 1
 
+    def add_run(self, peer: PeerId, inc: int, seq: int, cookies: list[object]) -> int:
+        """Cookies of the messages numbered from ``seq`` (None: that one has none); returns
+        how many were recorded."""
+        entry = self.out.get((peer, inc))
+        if entry is None:
+            entry = self.out[(peer, inc)] = Outstanding()
+        got = entry.cookies
+        n = 0
+        for cookie in cookies:
+            if cookie is not None:
+                got[seq] = cookie
+                n += 1
+            seq += 1
+        self.held += n
+        return n
+
     def unsent(self, cookie: object) -> None:
         """A message given up before any link took it: NOT_DELIVERED, to no peer."""
         self.ready.append((cookie, ("", ""), NOT_DELIVERED))

@@ -60,6 +60,8 @@ class NodeCore:
         self.not_found = 0
         self._out: list[tuple[str, bytes]] = []
         self._corked: list[tuple[SocketCore, Link]] = []  # links with DATA waiting
+        #: Links with TAKEN reports waiting (cookies): they leave with the next output.
+        self._taken: list[tuple[SocketCore, Link]] = []
         self._local: deque[bytes] = deque()
         self._inc = 0
         self._auto_tag = 0
@@ -161,6 +163,15 @@ class NodeCore:
         transport next takes the output."""
         self._corked.append((sock, link))
 
+    def cork_taken(self, sock: SocketCore, link: Link) -> None:
+        """``link`` has outcomes to report (a TAKEN): they leave with the next output, so a
+        reply that follows rides with them; :meth:`taken_waiting` tells the runtime, which
+        takes the output by a short delay even if nothing else comes."""
+        self._taken.append((sock, link))
+
+    def taken_waiting(self) -> bool:
+        return bool(self._taken)
+
     def has_output(self) -> bool:
         """Whether :meth:`take_output` has something (or local messages wait to be routed)."""
         return bool(self._out or self._local or self._corked)
@@ -170,6 +181,10 @@ class NodeCore:
             corked, self._corked = self._corked, []
             for sock, link in corked:
                 sock.flush_link(link)
+        if self._taken:
+            taken, self._taken = self._taken, []
+            for sock, link in taken:
+                sock.flush_taken(link)
         self._drain_local()
         out, self._out = self._out, []
         return out

@@ -343,7 +343,12 @@ class SocketCore:
             link.pending_confirm = False
             self._emit_runs(link, link.pending_seq | CONFIRM if confirm else link.pending_seq,
                             pending)
-        if link.taken_out or link.dropped_out:
+        self.flush_taken(link)
+
+    def flush_taken(self, link: Link) -> None:
+        """Report what was taken and dropped on ``link`` since the last report (the node
+        does it when the transport takes its output: :meth:`NodeCore.take_output`)."""
+        if (link.taken_out or link.dropped_out) and link.state is not State.CLOSED:
             self._send_taken(link, final=False)
 
     def _emit_runs(self, link: Link, seq: int, payloads: list[bytes]) -> None:
@@ -504,8 +509,8 @@ class SocketCore:
         if link.state is State.CLOSED:  # its final word waits for the last of these
             self._send_taken(link, final=not link.ahead and not link.confirm_q
                              and link not in self._late)
-        else:
-            self.node.cork(self, link)
+        elif len(link.taken_out) + len(link.dropped_out) == 1:
+            self.node.cork_taken(self, link)
 
     def not_taken(self, link: Link) -> None:
         """The message just taken from ``link`` (:meth:`next_from_links`) was not given to
@@ -513,8 +518,7 @@ class SocketCore:
         s = link.last_taken
         if s and link.taken_out and link.taken_out[-1] == s:
             link.taken_out.pop()
-            link.dropped_out.append(s)
-            self.node.cork(self, link)
+            link.dropped_out.append(s)  # (the link waits for the output already)
         link.last_taken = 0
 
     def _returned(self, link: Link, count: int) -> None:
@@ -531,6 +535,7 @@ class SocketCore:
         upto = link.recv.delivered
         link.last_taken = 0
         moved = False
+        first = not link.taken_out and not link.dropped_out
         while q and q[0][0] <= upto:
             index, s = q.popleft()
             out.append(s)
@@ -546,8 +551,8 @@ class SocketCore:
                 self._send_taken(link, final=True)
             else:
                 self._send_taken(link, final=False)
-        else:
-            self.node.cork(self, link)
+        elif first:
+            self.node.cork_taken(self, link)
 
     def _send_taken(self, link: Link, final: bool) -> None:
         """Report what was taken and dropped on ``link`` since the last report."""
@@ -759,11 +764,8 @@ class SocketCore:
             else:
                 seq = link.next_seq
                 self.send_many_on(link, payloads[sent:sent + k])
-                for i in range(k):
-                    cookie = cookies[sent + i]
-                    if cookie is not None:
-                        jar.add(link.peer, link.my_inc, seq + i, cookie)
-                        link.pending_confirm = True
+                if jar.add_run(link.peer, link.my_inc, seq, cookies[sent:sent + k]):
+                    link.pending_confirm = True
             sent += k
         return sent
 

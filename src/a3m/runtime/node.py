@@ -49,6 +49,9 @@ _EXON_FIELDS = {f.name for f in fields(ExonConfig)}
 #: While an inbox holds messages sent with a cookie, the I/O thread looks this often for
 #: those the application took (their outcome is reported at that turn, or sooner).
 AHEAD_LOOK_S = 0.002
+#: A report of what the application took (cookies) waits this long for other output to ride
+#: with (a REP's reply follows its recv), as an ACK waits for a reply.
+TAKEN_DELAY_S = 0.001
 
 
 class Node:
@@ -96,6 +99,7 @@ class Node:
         #: Sockets whose inbox holds messages sent with a cookie: each turn reports those
         #: the application took since (Socket._report), and turns come every AHEAD_LOOK_S.
         self._reading_ahead: set[Socket] = set()
+        self._taken_due = 0.0  # when the core's waiting TAKEN reports leave at the latest
         #: Sockets whose buffer holds sends no link can take now (a link went away): retried
         #: on every turn (credits and links come with events).
         self._stalled: set[Socket] = set()
@@ -279,6 +283,10 @@ class Node:
             due = time.monotonic() + AHEAD_LOOK_S
             if t is None or due < t:
                 t = due
+        if self._core.taken_waiting():
+            due = self._taken_due
+            if t is None or due < t:
+                t = due
         return t
 
     def _upper_output(self) -> bool:
@@ -305,6 +313,11 @@ class Node:
         if self._bridge.has_output() and not self._driver.turn_under_way:
             self._bridge.pump(time.monotonic())
             self._driver.flush()
+        elif self._core.taken_waiting():  # a report alone waits a little for company
+            now = time.monotonic()
+            if self._taken_due < now:  # (else: an earlier report's delay runs already)
+                self._taken_due = now + TAKEN_DELAY_S
+            self._driver.wake_by(self._taken_due)
         self._notify()
 
     def _after_send(self, now: float, sock: Socket | None = None) -> None:

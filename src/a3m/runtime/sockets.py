@@ -78,12 +78,13 @@ class _Marked(NamedTuple):
     cookie: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Cookie:
     """What became of a message sent with ``cookie=``: ``value`` is that object, ``peer``
     the socket it went to, ``outcome`` one of ``a3m.DELIVERED`` (the peer's application
     took it), ``a3m.NOT_DELIVERED`` (it surely never will) or ``a3m.UNKNOWN`` (the peer's
-    node ended after it may have taken it)."""
+    node ended after it may have taken it). Treat as immutable (not frozen: that costs per
+    message)."""
 
     value: Any
     peer: SocketId
@@ -156,6 +157,7 @@ class Socket:
         #: them, by that count: the application took one once fewer remain than its count.
         self._put = 0
         self._flags: deque[tuple[int, Any, int]] = deque()
+        self._peer_ids: dict[tuple[str, str], SocketId] = {}
 
     # ------------------------------------------------------------------ links
 
@@ -555,7 +557,7 @@ class Socket:
         core = self._core
         out = self._take(lambda: core.take_cookies(1) or None, timeout, "recv_cookie")
         cookie, peer, outcome = out[0]
-        return Cookie(cookie, SocketId(*peer), outcome)
+        return Cookie(cookie, self._peer_id(peer), outcome)
 
     def cookies(self, max_items: int = 1000) -> list[Cookie]:
         """The outcomes ready now, up to ``max_items``, without waiting (maybe [])."""
@@ -565,7 +567,18 @@ class Socket:
             got = self._core.take_cookies(max_items)
             if got:
                 self.node._after_call()
-        return [Cookie(c, SocketId(*peer), outcome) for c, peer, outcome in got]
+        peer_id = self._peer_id
+        return [Cookie(c, peer_id(peer), outcome) for c, peer, outcome in got]
+
+    def _peer_id(self, peer: tuple[str, str]) -> SocketId:
+        """``peer`` as a SocketId (one per peer, kept: outcomes come by the thousand)."""
+        ids = self._peer_ids
+        got = ids.get(peer)
+        if got is None:
+            if len(ids) > 4096:
+                ids.clear()
+            got = ids[peer] = SocketId(*peer)
+        return got
 
     def _pattern_call(self, name: str, *args: Any) -> None:
         method = getattr(self._core, name, None)
