@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a3m.core import message as m
+from a3m.core.cookies import CONFIRM, decode_taken, encode_taken, taken_chunks, to_ranges
 from a3m.errors import ProtocolViolation
 
 GOLDEN = [
@@ -30,6 +31,15 @@ GOLDEN = [
      "00000000000000070000000200000002000000036869616263"),
     (m.Message(m.ERROR, "sink", "src", 0, 1, code=m.ERR_SOCKET_NOT_FOUND, about=m.DATA),
      "000101010000001b0473696e6b03737263000000000000000000000000000000010102"),
+    # Cookies: a DATA whose sender asks to be told when it is taken (bit 63 of seq), and the
+    # final TAKEN #3 of a link: 1-4 and 7 taken, 5-6 dropped.
+    (m.Message(m.DATA, "src", "sink", 1, 2, seq=7 | CONFIRM, payload=b"hi"),
+     "0001010200000023037372630473696e6b0000000000000001000000000000000280000000000000076869"),
+    (m.Message(m.TAKEN, "sink", "src", 2, 1,
+               payload=encode_taken(True, 3, [(1, 4), (7, 7)], [(5, 6)])),
+     "00010109000000520473696e6b037372630000000000000002000000000000000101000000030002000100"
+     "00000000000001000000000000000400000000000000070000000000000007000000000000000500000000"
+     "00000006"),
 ]
 
 
@@ -143,3 +153,35 @@ def test_fuzz_batch_mutations(payloads: list[bytes], muts: list[tuple[int, int]]
     except ProtocolViolation:
         return
     assert m.encode_batch_body(parts) == bytes(body)
+
+
+@given(st.lists(st.integers(1, 1 << 40), max_size=300), st.lists(st.integers(1, 1 << 40),
+                                                                 max_size=300))
+def test_taken_reports_round_trip_in_chunks(taken: list[int], dropped: list[int]) -> None:
+    got_t: set[int] = set()
+    got_d: set[int] = set()
+    chunks = taken_chunks(taken, dropped)
+    for i, (t, d) in enumerate(chunks):
+        final, number, t2, d2 = decode_taken(encode_taken(i == len(chunks) - 1, i + 1, t, d))
+        assert (final, number, t2, d2) == (i == len(chunks) - 1, i + 1, t, d)
+        for a, b in t2:
+            got_t.update(range(a, b + 1))
+        for a, b in d2:
+            got_d.update(range(a, b + 1))
+    assert got_t == set(taken) and got_d == set(dropped)
+    assert to_ranges([3, 1, 2, 2, 9]) == [(1, 3), (9, 9)]
+
+
+@given(st.binary(max_size=120))
+def test_fuzz_taken_bodies(body: bytes) -> None:
+    try:
+        decode_taken(body)
+    except ProtocolViolation:
+        pass
+
+
+def test_a_long_report_is_cut_into_takens_of_bounded_size() -> None:
+    chunks = taken_chunks(list(range(1, 10_000, 2)), [2, 4])
+    assert len(chunks) == 3
+    assert all(len(t) + len(d) <= 2048 for t, d in chunks)
+    assert sum(len(t) for t, _ in chunks) == 5000 and chunks[-1][1] or chunks[0][1]

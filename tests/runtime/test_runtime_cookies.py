@@ -216,3 +216,62 @@ def test_a_receiver_killed_mid_stream_and_restarted() -> None:
     finally:
         child.kill()
         child.join(10)
+
+
+def test_the_readme_work_queue_runs() -> None:
+    """The README's cookie example, as printed there."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    code = re.search(r"<!-- example: work queue.*?-->\n```python\n(.*?)```", readme, re.S)
+    assert code is not None
+    done = subprocess.run([sys.executable, "-c", code.group(1)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_custom_socket_kind_gets_cookies_through_the_extension_points() -> None:
+    """A user's FANOUT (every message to every FANIN, with send_on) and FANIN (the default
+    receive hooks): a send with a cookie gives one outcome per FANIN, each DELIVERED once
+    that FANIN's application took the message."""
+    from a3m.core import SocketCore
+
+    class FanOut(SocketCore):
+        kind = "FANOUT"
+        peers = frozenset({"FANIN"})
+        receives = False
+
+        def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+            links = self.established_links()
+            if not links or not all(lk.can_send for lk in links):
+                return False
+            for lk in links:
+                self.send_on(lk, payload)
+            return True
+
+    class FanIn(SocketCore):
+        kind = "FANIN"
+        peers = frozenset({"FANOUT"})
+        sends = False
+
+    with a3m.Node("ckc-a") as a, a3m.Node("ckc-b") as b:
+        for n in (a, b):
+            n.register_socket_type("FANOUT", FanOut)
+            n.register_socket_type("FANIN", FanIn)
+        a.associate("ckc-b", b.address)
+        out = a.socket("FANOUT", "out")
+        ins = [b.socket("FANIN", f"in{i}") for i in range(2)]
+        for s in ins:
+            out.link(("ckc-b", s.id.tag))
+            assert out.wait_linked(("ckc-b", s.id.tag), timeout=10)
+        out.send(b"to all", cookie="fan", timeout=10)
+        assert ins[0].recv(timeout=10) == b"to all"
+        (first,) = outcomes(out, 1)
+        assert (first.peer.tag, first.outcome) == ("in0", a3m.DELIVERED)
+        assert out.cookies() == []
+        assert ins[1].recv(timeout=10) == b"to all"
+        (second,) = outcomes(out, 1)
+        assert (second.value, second.peer.tag, second.outcome) == ("fan", "in1", a3m.DELIVERED)
