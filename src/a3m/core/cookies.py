@@ -190,6 +190,8 @@ class CookieJar:
             return
         self._settle_ranges(peer, entry, taken, DELIVERED)
         self._settle_ranges(peer, entry, dropped, NOT_DELIVERED)
+        if not entry.cookies:
+            entry.cookies = {}  # (a dict keeps the table of its largest size)
         entry.seen += 1
         if final:
             entry.final = number
