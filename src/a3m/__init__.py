@@ -64,8 +64,8 @@ POLLCOOKIE = 4
 from a3m.core.cookies import DELIVERED, NOT_DELIVERED, UNKNOWN  # noqa: E402
 
 _LAZY = {"Node": "a3m.runtime.node", "Socket": "a3m.runtime.sockets",
-         "Poller": "a3m.runtime.sockets", "SocketId": "a3m.runtime.sockets",
-         "ReceivedMessage": "a3m.runtime.sockets", "Cookie": "a3m.runtime.sockets", "proxy": "a3m.runtime.proxy"}
+         "Poller": "a3m.runtime.sockets", "SocketId": "a3m.ids",
+         "ReceivedMessage": "a3m.runtime.sockets", "Cookie": "a3m.core.cookies", "proxy": "a3m.runtime.proxy"}
 
 
 def __getattr__(name: str) -> object:

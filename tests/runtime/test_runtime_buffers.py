@@ -251,3 +251,25 @@ def test_patterns_with_their_own_receive_hooks_take_nothing_ahead() -> None:
     finally:
         a.close(5)
         b.close(5)
+
+
+def test_send_buffer_keeps_each_mark_with_its_item_through_a_partial_drain() -> None:
+    from a3m.runtime.send_buffer import SendBuffer
+
+    buf: SendBuffer[bytes] = SendBuffer()
+    buf.open(10)
+    assert buf.offer(b"a") and buf.offer(b"b", "B") and buf.offer_many([b"c", b"d"], [None, "D"])
+    seen: list[tuple[list[bytes], object]] = []
+
+    def takes_two(items: list[bytes], marks: object) -> int:
+        seen.append((list(items), marks))
+        return 2
+
+    assert buf.drain(takes_two) and buf.stalled
+    assert seen == [([b"a", b"b", b"c", b"d"], [None, "B", None, "D"])]
+    assert buf.items == [b"c", b"d"] and buf.marks == [None, "D"]
+    assert buf.clear_marks() == ["D"] and buf.clear() == [b"c", b"d"] and buf.marks is None
+    buf.open(10)
+    assert buf.offer(b"e")
+    assert buf.drain(lambda items, marks: seen.append((items, marks)) or 1)
+    assert seen[-1] == ([b"e"], None)  # no mark anywhere: none handed on

@@ -13,7 +13,7 @@ from random import Random
 
 import pytest
 
-from a3m.core.cookies import DELIVERED, NOT_DELIVERED, UNKNOWN
+from a3m.core.cookies import DELIVERED, NOT_DELIVERED, UNKNOWN, Cookie
 from a3m.core.socket_core import SocketCore
 from a3m.exon import ExonConfig
 from a3m.testing.sim import LinkModel, Network, seed_from_env
@@ -125,9 +125,9 @@ def test_every_cookie_gets_one_true_outcome(seed: int) -> None:
             push.link(("b", "sink"), now)
         while sent[0] < n and push.try_send(b"%d" % sent[0], cookie=sent[0]):
             sent[0] += 1
-        for cookie, peer, outcome in push.take_cookies(1000):
-            assert peer == ("b", "sink")
-            outcomes.setdefault(int(cookie), []).append(outcome)  # type: ignore[call-overload]
+        for c in push.take_cookies(1000):
+            assert c.peer == ("b", "sink")
+            outcomes.setdefault(int(c.value), []).append(c.outcome)  # type: ignore[call-overload]
 
     a.app = app_a
     push.link(("b", "sink"), 0.0)
@@ -197,9 +197,9 @@ def test_cookies_cost_nothing_when_unused_and_fan_out_gives_one_per_member() -> 
     subs["s3"].unsubscribe(b"")
     assert subs["s3"].try_recv() is None
     net.flush("s3")
-    outcomes: list[tuple[object, tuple[str, str], str]] = []
+    outcomes: list[Cookie] = []
     hosts["p"].app = lambda host, now: outcomes.extend(pub.take_cookies(10))
     net.run_until(lambda: len(outcomes) >= 3, max_time=120, what="outcomes")
-    assert sorted((peer[0], outcome) for _, peer, outcome in outcomes) == [
+    assert sorted((c.peer.node, c.outcome) for c in outcomes) == [
         ("s1", DELIVERED), ("s2", DELIVERED), ("s3", NOT_DELIVERED)]
-    assert {c for c, _, _ in outcomes} == {"c1"}
+    assert {c.value for c in outcomes} == {"c1"}

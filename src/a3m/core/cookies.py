@@ -25,6 +25,7 @@ from collections import deque
 from typing import Final
 
 from a3m.errors import ProtocolViolation
+from a3m.ids import SocketId
 
 DELIVERED: Final = "delivered"
 UNKNOWN: Final = "unknown"
@@ -48,8 +49,30 @@ _MISSING: Final = object()
 
 PeerId = tuple[str, str]
 Range = tuple[int, int]
-#: An outcome for the application: (cookie, peer socket, outcome).
-Outcome = tuple[object, PeerId, str]
+_NOBODY: Final = SocketId("", "")
+
+
+class Cookie:
+    """What became of a message sent with ``cookie=``: ``value`` is that object, ``peer``
+    the socket it went to (an empty SocketId if it never reached a link), ``outcome`` one of
+    :data:`DELIVERED`, :data:`NOT_DELIVERED`, :data:`UNKNOWN` (``a3m.Cookie``)."""
+
+    __slots__ = ("value", "peer", "outcome")
+
+    def __init__(self, value: object, peer: SocketId, outcome: str) -> None:
+        self.value = value
+        self.peer = peer
+        self.outcome = outcome
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Cookie) and self.outcome == other.outcome
+                and self.peer == other.peer and self.value == other.value)
+
+    def __hash__(self) -> int:
+        return hash((self.peer, self.outcome))
+
+    def __repr__(self) -> str:
+        return f"Cookie(value={self.value!r}, peer={self.peer!r}, outcome={self.outcome!r})"
 
 
 def to_ranges(seqs: list[int]) -> list[Range]:
@@ -102,9 +125,10 @@ def taken_chunks(taken: list[int], dropped: list[int]) -> list[tuple[list[Range]
 class Outstanding:
     """The cookies of one link (by the sender's incarnation of it) awaiting their outcome."""
 
-    __slots__ = ("cookies", "seen", "final", "ended")
+    __slots__ = ("peer", "cookies", "seen", "final", "ended")
 
-    def __init__(self) -> None:
+    def __init__(self, peer: PeerId) -> None:
+        self.peer = SocketId(peer[0], peer[1])
         self.cookies: dict[int, object] = {}
         self.seen = 0  # TAKEN messages received
         self.final = 0  # the final TAKEN's number (0: not received)
@@ -120,7 +144,7 @@ class CookieJar:
 
     def __init__(self, limit: int) -> None:
         self.out: dict[tuple[PeerId, int], Outstanding] = {}
-        self.ready: deque[Outcome] = deque()
+        self.ready: deque[Cookie] = deque()
         self.held = 0
         self.limit = limit
 
@@ -131,7 +155,7 @@ class CookieJar:
     def add(self, peer: PeerId, inc: int, seq: int, cookie: object) -> None:
         entry = self.out.get((peer, inc))
         if entry is None:
-            entry = self.out[(peer, inc)] = Outstanding()
+            entry = self.out[(peer, inc)] = Outstanding(peer)
         entry.cookies[seq] = cookie
         self.held += 1
 
@@ -140,7 +164,7 @@ class CookieJar:
         how many were recorded."""
         entry = self.out.get((peer, inc))
         if entry is None:
-            entry = self.out[(peer, inc)] = Outstanding()
+            entry = self.out[(peer, inc)] = Outstanding(peer)
         got = entry.cookies
         n = 0
         for cookie in cookies:
@@ -153,15 +177,21 @@ class CookieJar:
 
     def unsent(self, cookie: object) -> None:
         """A message given up before any link took it: NOT_DELIVERED, to no peer."""
-        self.ready.append((cookie, ("", ""), NOT_DELIVERED))
+        self.ready.append(Cookie(cookie, _NOBODY, NOT_DELIVERED))
         self.held += 1
 
     def outstanding(self, peer: PeerId, inc: int) -> bool:
         return (peer, inc) in self.out
 
-    def take(self, max_items: int) -> list[Outcome]:
+    def take(self, max_items: int) -> list[Cookie]:
         ready = self.ready
-        out: list[Outcome] = []
+        out: list[Cookie]
+        if len(ready) <= max_items:
+            out = list(ready)
+            ready.clear()
+            self.held -= len(out)
+            return out
+        out = []
         while ready and len(out) < max_items:
             out.append(ready.popleft())
         self.held -= len(out)
@@ -170,7 +200,7 @@ class CookieJar:
     def _settle(self, peer: PeerId, entry: Outstanding, seq: int, outcome: str) -> None:
         cookie = entry.cookies.pop(seq, _MISSING)
         if cookie is not _MISSING:
-            self.ready.append((cookie, peer, outcome))
+            self.ready.append(Cookie(cookie, entry.peer, outcome))
 
     def _settle_ranges(self, peer: PeerId, entry: Outstanding, ranges: list[Range],
                        outcome: str) -> None:
@@ -245,5 +275,5 @@ class CookieJar:
             self._settle_all(peer, entry, UNKNOWN)
         self.out.clear()
 
-__all__ = ["DELIVERED", "UNKNOWN", "NOT_DELIVERED", "CONFIRM", "SEQ_MASK", "CookieJar",
+__all__ = ["Cookie", "DELIVERED", "UNKNOWN", "NOT_DELIVERED", "CONFIRM", "SEQ_MASK", "CookieJar",
            "encode_taken", "decode_taken", "taken_chunks", "to_ranges"]

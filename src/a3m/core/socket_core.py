@@ -22,8 +22,8 @@ from a3m.core.cookies import (
     CONFIRM,
     FLAGGED,
     SEQ_MASK,
+    Cookie,
     CookieJar,
-    Outcome,
     decode_taken,
     encode_taken,
     taken_chunks,
@@ -776,9 +776,9 @@ class SocketCore:
                 raise TypeError(f"{self.kind} send() got an unexpected keyword argument "
                                 f"{name!r}")
 
-    def take_cookies(self, max_items: int) -> list[Outcome]:
-        """Up to ``max_items`` outcomes of messages sent with a cookie: ``(cookie, peer,
-        outcome)`` (a3m.core.cookies), in the order they became known."""
+    def take_cookies(self, max_items: int) -> list[Cookie]:
+        """Up to ``max_items`` outcomes of messages sent with a cookie, in the order they
+        became known."""
         return self.jar.take(max_items)
 
     @property

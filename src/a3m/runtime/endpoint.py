@@ -225,7 +225,7 @@ class Endpoint:
         line, retried on every turn."""
         proto = self._proto
 
-        def hand(items: list[tuple[str, bytes]]) -> int:
+        def hand(items: list[tuple[str, bytes]], marks: object) -> int:
             i, n = 0, len(items)
             while i < n:
                 dst = items[i][0]

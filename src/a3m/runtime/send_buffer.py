@@ -8,61 +8,83 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 _T = TypeVar("_T")
 
 
 class SendBuffer(Generic[_T]):
-    __slots__ = ("_lock", "items", "room", "stalled")
+    __slots__ = ("_lock", "items", "marks", "room", "stalled")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.items: list[_T] = []
+        #: A mark per item (a socket's cookies), once any item has one (None: none has).
+        self.marks: list[Any] | None = None
         #: How many more sends it takes (0: closed, sends take the node's lock).
         self.room = 0
         #: The last drain left sends behind (the windows or links did not take them): they
         #: wait first in line, retried on every turn.
         self.stalled = False
 
-    def offer(self, item: _T) -> bool:
-        """From any thread: queue ``item`` if the buffer has room (False: take the lock)."""
+    def offer(self, item: _T, mark: Any = None) -> bool:
+        """From any thread: queue ``item`` (with ``mark``, if not None) if the buffer has
+        room (False: take the lock)."""
         with self._lock:
             if self.room > 0:
                 self.room -= 1
+                if mark is not None or self.marks is not None:
+                    self._mark([mark])
                 self.items.append(item)
                 return True
         return False
 
-    def offer_many(self, items: list[_T]) -> bool:
-        """From any thread: queue all of ``items`` if the buffer has room for all of them
-        (False, nothing queued: take the lock)."""
+    def offer_many(self, items: list[_T], marks: list[Any] | None = None) -> bool:
+        """From any thread: queue all of ``items`` (with ``marks``, one each) if the buffer
+        has room for all of them (False, nothing queued: take the lock)."""
         with self._lock:
             if self.room >= len(items):
                 self.room -= len(items)
+                if marks is not None or self.marks is not None:
+                    self._mark(marks if marks is not None else [None] * len(items))
                 self.items += items
                 return True
         return False
 
-    def drain(self, hand: Callable[[list[_T]], int]) -> bool:
+    def _mark(self, marks: list[Any]) -> None:
+        if self.marks is None:
+            self.marks = [None] * len(self.items)
+        self.marks += marks
+
+    def drain(self, hand: Callable[[list[_T], list[Any] | None], int]) -> bool:
         """Under the node's lock: hand what waits on, in order (``hand`` returns how many it
         took); True when some went. The buffer takes nothing more until it opens again (when
         there was something). What ``hand`` did not take stays first in line, and the buffer
         is :attr:`stalled` until a drain takes it all."""
         with self._lock:
-            items = self.items
+            items, marks = self.items, self.marks
             if items:
                 self.items = []
+                self.marks = None
                 self.room = 0
         if not items:
             self.stalled = False
             return False
-        went = hand(items)
+        went = hand(items, marks)
         self.stalled = went < len(items)
         if self.stalled:
             with self._lock:
+                if marks is not None or self.marks is not None:
+                    later = self.marks if self.marks is not None else [None] * len(self.items)
+                    self.marks = (marks[went:] if marks is not None
+                                  else [None] * (len(items) - went)) + later
                 self.items[:0] = items[went:]
         return went > 0
+
+    def clear_marks(self) -> list[Any]:
+        """Under the node's lock: the marks of what waits (before :meth:`clear`)."""
+        with self._lock:
+            return [m for m in self.marks or () if m is not None]
 
     def open(self, room: int) -> bool:
         """Under the node's lock: take up to ``room`` sends (less what waits already); False
@@ -79,9 +101,11 @@ class SendBuffer(Generic[_T]):
             return not self.items
 
     def clear(self) -> list[_T]:
-        """Under the node's lock: shut it and give up what waits (returned)."""
+        """Under the node's lock: shut it and give up what waits (returned; their marks, if
+        any, are taken by :meth:`clear_marks` first)."""
         with self._lock:
             items, self.items = self.items, []
+            self.marks = None
             self.room = 0
         self.stalled = False
         return items

@@ -13,12 +13,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from a3m.core import message as m
+from a3m.core.cookies import Cookie
 from a3m.core.link import REASONS
 from a3m.core.socket_core import SocketCore
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
+from a3m.ids import SocketId
 from a3m.runtime.send_buffer import SendBuffer
 
 if TYPE_CHECKING:
@@ -49,46 +51,6 @@ POLLCOOKIE = 4  # outcomes of messages sent with a cookie are ready (recv_cookie
 SEND_BUFFER = 1024
 #: Most messages a receive takes ahead into the socket's inbox (see :meth:`Socket.recv`).
 PREFETCH = 256
-
-
-class SocketId(NamedTuple):
-    """A socket's global name: the node id and the socket's tag on that node."""
-
-    node: str
-    tag: str
-
-    @classmethod
-    def of(cls, peer: Any) -> SocketId:
-        """Accept a SocketId, a ``(node, tag)`` pair or ``"node/tag"``."""
-        if isinstance(peer, SocketId):
-            return peer
-        if isinstance(peer, tuple) and len(peer) == 2:
-            return cls(str(peer[0]), str(peer[1]))
-        if isinstance(peer, str) and "/" in peer:
-            node, tag = peer.rsplit("/", 1)
-            return cls(node, tag)
-        raise UsageError(f"a peer socket is SocketId(node, tag), (node, tag) or 'node/tag': "
-                         f"{peer!r}")
-
-
-class _Marked(NamedTuple):
-    """A send waiting in the buffer with its cookie."""
-
-    payload: bytes
-    cookie: Any
-
-
-@dataclass(slots=True)
-class Cookie:
-    """What became of a message sent with ``cookie=``: ``value`` is that object, ``peer``
-    the socket it went to, ``outcome`` one of ``a3m.DELIVERED`` (the peer's application
-    took it), ``a3m.NOT_DELIVERED`` (it surely never will) or ``a3m.UNKNOWN`` (the peer's
-    node ended after it may have taken it). Treat as immutable (not frozen: that costs per
-    message)."""
-
-    value: Any
-    peer: SocketId
-    outcome: str
 
 
 @dataclass(slots=True)
@@ -148,7 +110,7 @@ class Socket:
         self._closed = False
         #: The send buffer (see :meth:`send`): sends that wait for the I/O thread's turn
         #: without having taken the node's lock, under their own small lock.
-        self._sbuf: SendBuffer[bytes | _Marked] = SendBuffer()
+        self._sbuf: SendBuffer[bytes] = SendBuffer()
         self._fast_size = node._core.max_message_size - m.DATA_OVERHEAD_MAX
         #: Messages taken ahead from the core with their source (see :meth:`recv`).
         self._inbox: deque[tuple[bytes, tuple[str, str]]] = deque()
@@ -157,7 +119,6 @@ class Socket:
         #: them, by that count: the application took one once fewer remain than its count.
         self._put = 0
         self._flags: deque[tuple[int, Any, int]] = deque()
-        self._peer_ids: dict[tuple[str, str], SocketId] = {}
 
     # ------------------------------------------------------------------ links
 
@@ -223,7 +184,7 @@ class Socket:
         if buf.room and not kw and len(data) <= self._fast_size and (
                 timeout is None or timeout >= 0) and (
                 cookie is None or self._core.jar.held + len(buf.items) < self._core.jar.limit
-                ) and buf.offer(data if cookie is None else _Marked(data, cookie)):
+                ) and buf.offer(data, cookie):
             return
         _check_timeout(timeout)
         drv = self.node._driver
@@ -271,9 +232,7 @@ class Socket:
                 and (timeout is None or timeout >= 0) and (
                     marks is None
                     or self._core.jar.held + len(buf.items) + n <= self._core.jar.limit)
-                and buf.offer_many(
-                    items if marks is None else [p if c is None else _Marked(p, c)
-                                                 for p, c in zip(items, marks, strict=True)])):
+                and buf.offer_many(items, marks)):
             return n  # (the buffer is open: see send)
         _check_timeout(timeout)
         drv = self.node._driver
@@ -526,21 +485,9 @@ class Socket:
             self._core.taken_ahead(link, s, taken=False)
         self.node._reading_ahead.discard(self)
 
-    def _gave_up(self, items: list[bytes | _Marked]) -> bool:
-        """Buffered sends given up at close: those with a cookie are NOT_DELIVERED (to no
-        peer: an empty SocketId). True when there were any."""
-        for x in items:
-            if type(x) is _Marked:
-                self._core.jar.unsent(x.cookie)
-        return bool(items)
-
-    def _hand_on(self, items: list[bytes | _Marked]) -> int:
-        """The buffered sends to the core (those with a cookie as such): how many it took."""
-        if _Marked not in set(map(type, items)):  # (in C: the common case, no cookie)
-            return self._core.try_send_many(items)  # type: ignore[arg-type]
-        payloads = [x.payload if type(x) is _Marked else x for x in items]
-        cookies = [x.cookie if type(x) is _Marked else None for x in items]
-        return self._core.try_send_many(payloads, cookies)  # type: ignore[arg-type]
+    def _hand_on(self, items: list[bytes], cookies: list[Any] | None) -> int:
+        """The buffered sends to the core, with their cookies: how many it took."""
+        return self._core.try_send_many(items, cookies)
 
     def _why_blocked(self, cookie: bool = False) -> str:
         why = self._core.blocked_reason()
@@ -556,8 +503,7 @@ class Socket:
         after the socket closed, for the outcomes it learnt)."""
         core = self._core
         out = self._take(lambda: core.take_cookies(1) or None, timeout, "recv_cookie")
-        cookie, peer, outcome = out[0]
-        return Cookie(cookie, self._peer_id(peer), outcome)
+        return out[0]
 
     def cookies(self, max_items: int = 1000) -> list[Cookie]:
         """The outcomes ready now, up to ``max_items``, without waiting (maybe [])."""
@@ -567,17 +513,6 @@ class Socket:
             got = self._core.take_cookies(max_items)
             if got:
                 self.node._after_call()
-        peer_id = self._peer_id
-        return [Cookie(c, peer_id(peer), outcome) for c, peer, outcome in got]
-
-    def _peer_id(self, peer: tuple[str, str]) -> SocketId:
-        """``peer`` as a SocketId (one per peer, kept: outcomes come by the thousand)."""
-        ids = self._peer_ids
-        got = ids.get(peer)
-        if got is None:
-            if len(ids) > 4096:
-                ids.clear()
-            got = ids[peer] = SocketId(*peer)
         return got
 
     def _pattern_call(self, name: str, *args: Any) -> None:
@@ -631,7 +566,9 @@ class Socket:
                 return not buf.items or not drv.running
 
             drv.wait_until(sent, deadline)
-            if self._gave_up(buf.clear()):  # no link took them in time: not sent
+            for cookie in buf.clear_marks():  # no link took them in time: not sent
+                self._core.jar.unsent(cookie)
+            if buf.clear():
                 clean = False
                 self.node._stalled.discard(self)
             self._drop_flagged()
