@@ -13,22 +13,26 @@ import a3m
 import a3m.aio
 from a3m.testing.relay import FaultRelay
 
-NET = {"loopback_datagram_size": 0}
+# Through the relay: a network-sized MTU. close_revoke_timeout_s long: a clean close is
+# counted, not timed (a close left waiting for an answer abandons its revocation, unclean, at
+# whatever timeout; a slow machine's retransmission back-off never reaches 120 s).
+REVOKE_S = 120.0
+NET = {"loopback_datagram_size": 0, "close_revoke_timeout_s": REVOKE_S}
 
 
 RELAYS: list[FaultRelay] = []
 
 
 def close_all(nodes: list[a3m.Node]) -> None:
-    """Close the nodes one after the other with the faults still on, as ``with a3m.Node``
-    would (10 s), then the relays: every close is clean. (A node closing after another is
+    """Close the nodes one after the other with the faults still on, then the relays:
+    every close is clean. (A node closing after another is
     answered by it: the first closers linger, docs/exon-wire.md "Closing: the linger". Before
     that, these closes were calmed: a node whose peer had closed first often waited out its
     whole close timeout.)"""
     unclean = []
     for n in nodes:  # nodes first, while the relay still carries their goodbyes
         t0 = time.monotonic()
-        if not n.close(timeout=10):
+        if not n.close(timeout=REVOKE_S + 30):
             proto = n._proto
             left = ({p: (len(r.queue), len(r.tokens)) for p, r in proto._sr.items()},
                     {p: (r.revoking, r.live_count()) for p, r in proto._rr.items()},
