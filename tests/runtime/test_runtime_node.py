@@ -415,3 +415,11 @@ def test_an_idle_wait_does_not_spin(monkeypatch: pytest.MonkeyPatch) -> None:
         turns = node._driver.leader_turns - turns
         assert 1 <= turns <= 20, turns
         assert looks[0] <= 2000 * turns, (looks[0], turns)
+
+
+def test_a_socket_id_prints_as_the_name_calls_accept() -> None:
+    sid = a3m.SocketId("beta", "sink")
+    assert str(sid) == "beta/sink" and f"{sid}" == "beta/sink"
+    assert repr(sid) == "SocketId(node='beta', tag='sink')"
+    assert a3m.SocketId.of(str(sid)) == sid
+    assert str(a3m.SocketId("a/b", "c")) == "a/b/c" and a3m.SocketId.of("a/b/c") == ("a/b", "c")

@@ -50,10 +50,15 @@ PREFETCH = 256
 
 
 class SocketId(NamedTuple):
-    """A socket's global name: the node id and the socket's tag on that node."""
+    """A socket's global name: the node id and the socket's tag on that node. ``str()``
+    gives ``node/tag``, the form every call that names a peer accepts; the repr stays
+    ``SocketId(node=..., tag=...)``."""
 
     node: str
     tag: str
+
+    def __str__(self) -> str:
+        return f"{self.node}/{self.tag}"
 
     @classmethod
     def of(cls, peer: Any) -> SocketId:
