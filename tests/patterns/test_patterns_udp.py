@@ -113,7 +113,7 @@ def test_reqrep_through_relay_every_request_answered_once(trio_nodes: list[a3m.N
     reqs = [c.socket(a3m.REQ, "req") for c in (c1, c2)]
     for r in reqs:
         r.link(rep.id)
-        assert r.wait_linked(timeout=10)
+        assert r.wait_linked(timeout=30)
     served: list[bytes] = []
 
     def serve() -> None:
@@ -165,8 +165,8 @@ def test_pubsub_through_relay_in_order_each_once(trio_nodes: list[a3m.Node]) -> 
     s2.subscribe("b")
     for s in (s1, s2):
         s.link(pub.id)
-        assert s.wait_linked(timeout=10)
-    assert pub.wait_linked(timeout=10)
+        assert s.wait_linked(timeout=30)
+    assert pub.wait_linked(timeout=30)
     while len(pub.links) < 2:
         pub.wait_linked(timeout=1)
     n = 1000
@@ -198,7 +198,7 @@ def test_dealer_router_echo_through_relay(trio_nodes: list[a3m.Node]) -> None:
     dealers = [c.socket(a3m.DEALER, "d") for c in (c1, c2)]
     for d in dealers:
         d.link(router.id)
-        assert d.wait_linked(timeout=10)
+        assert d.wait_linked(timeout=30)
     for k, d in enumerate(dealers):
         for i in range(100):
             d.send(b"%d:%d" % (k, i), timeout=10)
@@ -414,8 +414,8 @@ def test_forwarder_xsub_xpub_through_the_relay(quartet_nodes: list[a3m.Node]) ->
     xsub.link(pub.id)
     for s in (fast, slow):
         s.link(xpub.id)
-    assert fast.wait_linked(timeout=10) and slow.wait_linked(timeout=10)
-    assert xsub.wait_linked(timeout=10)
+    assert fast.wait_linked(timeout=30) and slow.wait_linked(timeout=30)
+    assert xsub.wait_linked(timeout=30)
     stop = threading.Event()
     forwarded: list[int] = []
     proxy = threading.Thread(target=lambda: forwarded.append(a3m.proxy(xsub, xpub, stop)))
