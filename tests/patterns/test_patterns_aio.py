@@ -45,14 +45,14 @@ async def cluster(n: int, **options: Any) -> AsyncIterator[list[a3m.aio.Node]]:
             await x.close(timeout=5)
 
 
-async def links(sock: a3m.aio.Socket, n: int, timeout: float = 10.0) -> None:
+async def links(sock: a3m.aio.Socket, n: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while len(sock.links) < n:
         assert time.monotonic() < deadline, f"{sock} has {sock.links}, wants {n} links"
         await sock.wait_linked(timeout=0.2)
 
 
-async def links_down_to(sock: a3m.aio.Socket, n: int = 0, timeout: float = 10.0) -> None:
+async def links_down_to(sock: a3m.aio.Socket, n: int = 0, timeout: float = 30.0) -> None:
     """Until ``sock`` has no more than ``n`` links (it saw its peers go)."""
     deadline = time.monotonic() + timeout
     while len(sock.links) > n:

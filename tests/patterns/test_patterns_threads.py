@@ -74,7 +74,7 @@ def cluster() -> Iterator[Cluster]:
         x.close(timeout=5)
 
 
-def wait_links(sock: a3m.Socket, n: int, timeout: float = 10.0) -> None:
+def wait_links(sock: a3m.Socket, n: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while len(sock.links) < n:
         assert time.monotonic() < deadline, f"{sock} has {sock.links}, wants {n} links"

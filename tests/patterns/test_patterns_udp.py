@@ -13,22 +13,26 @@ import a3m
 import a3m.aio
 from a3m.testing.relay import FaultRelay
 
-NET = {"loopback_datagram_size": 0}
+# Through the relay: a network-sized MTU. close_revoke_timeout_s long: a clean close is
+# counted, not timed (a close left waiting for an answer abandons its revocation, unclean, at
+# whatever timeout; a slow machine's retransmission back-off never reaches 120 s).
+REVOKE_S = 120.0
+NET = {"loopback_datagram_size": 0, "close_revoke_timeout_s": REVOKE_S}
 
 
 RELAYS: list[FaultRelay] = []
 
 
 def close_all(nodes: list[a3m.Node]) -> None:
-    """Close the nodes one after the other with the faults still on, as ``with a3m.Node``
-    would (10 s), then the relays: every close is clean. (A node closing after another is
+    """Close the nodes one after the other with the faults still on, then the relays:
+    every close is clean. (A node closing after another is
     answered by it: the first closers linger, docs/exon-wire.md "Closing: the linger". Before
     that, these closes were calmed: a node whose peer had closed first often waited out its
     whole close timeout.)"""
     unclean = []
     for n in nodes:  # nodes first, while the relay still carries their goodbyes
         t0 = time.monotonic()
-        if not n.close(timeout=10):
+        if not n.close(timeout=REVOKE_S + 30):
             proto = n._proto
             left = ({p: (len(r.queue), len(r.tokens)) for p, r in proto._sr.items()},
                     {p: (r.revoking, r.live_count()) for p, r in proto._rr.items()},
@@ -109,7 +113,7 @@ def test_reqrep_through_relay_every_request_answered_once(trio_nodes: list[a3m.N
     reqs = [c.socket(a3m.REQ, "req") for c in (c1, c2)]
     for r in reqs:
         r.link(rep.id)
-        assert r.wait_linked(timeout=10)
+        assert r.wait_linked(timeout=30)
     served: list[bytes] = []
 
     def serve() -> None:
@@ -161,8 +165,8 @@ def test_pubsub_through_relay_in_order_each_once(trio_nodes: list[a3m.Node]) -> 
     s2.subscribe("b")
     for s in (s1, s2):
         s.link(pub.id)
-        assert s.wait_linked(timeout=10)
-    assert pub.wait_linked(timeout=10)
+        assert s.wait_linked(timeout=30)
+    assert pub.wait_linked(timeout=30)
     while len(pub.links) < 2:
         pub.wait_linked(timeout=1)
     n = 1000
@@ -194,7 +198,7 @@ def test_dealer_router_echo_through_relay(trio_nodes: list[a3m.Node]) -> None:
     dealers = [c.socket(a3m.DEALER, "d") for c in (c1, c2)]
     for d in dealers:
         d.link(router.id)
-        assert d.wait_linked(timeout=10)
+        assert d.wait_linked(timeout=30)
     for k, d in enumerate(dealers):
         for i in range(100):
             d.send(b"%d:%d" % (k, i), timeout=10)
@@ -410,8 +414,8 @@ def test_forwarder_xsub_xpub_through_the_relay(quartet_nodes: list[a3m.Node]) ->
     xsub.link(pub.id)
     for s in (fast, slow):
         s.link(xpub.id)
-    assert fast.wait_linked(timeout=10) and slow.wait_linked(timeout=10)
-    assert xsub.wait_linked(timeout=10)
+    assert fast.wait_linked(timeout=30) and slow.wait_linked(timeout=30)
+    assert xsub.wait_linked(timeout=30)
     stop = threading.Event()
     forwarded: list[int] = []
     proxy = threading.Thread(target=lambda: forwarded.append(a3m.proxy(xsub, xpub, stop)))

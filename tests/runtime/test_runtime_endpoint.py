@@ -9,12 +9,14 @@ import socket
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from a3m.errors import Closed, Timeout, WouldBlock
 from a3m.exon import Endpoint
+from a3m.runtime.cork import Cork
 from a3m.testing.relay import FaultRelay
 
 
@@ -24,6 +26,13 @@ def collect(ep: Endpoint, n: int, timeout: float = 30) -> list[tuple[str, bytes]
     while len(out) < n:
         out.extend(ep.recv_many(4096, timeout=max(0.01, deadline - time.monotonic())))
     return out
+
+
+def until(done: Callable[[], bool], timeout: float = 30) -> None:
+    """Wait for ``done()`` (bounded, generous: a working endpoint is far quicker)."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_send_recv_receipt() -> None:
@@ -91,14 +100,17 @@ def test_blocking_send_times_out_when_receiver_stops_reading() -> None:
 
 @pytest.mark.parametrize("mover", ["receiver", "sender"])
 def test_address_change_mid_stream(mover: str) -> None:
-    """One side moves from 127.0.0.1 to 127.0.0.2 while alpha streams to beta."""
+    """One side moves from 127.0.0.1 to 127.0.0.2 while alpha streams to beta. The move comes
+    at a fixed point of the stream (after 2000 sends, once beta has 1000), not at a point a
+    slow receiver would push to the end; the peer counts the change once the new path has
+    answered its challenge, which may come after the last message: the test waits for it."""
     with Endpoint("alpha") as a, Endpoint("beta") as b:
         a.associate("beta", b.address)
         got: list[bytes] = []
         n = 6000
 
         def rx() -> None:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 120
             while len(got) < n and time.monotonic() < deadline:
                 try:
                     got.extend(p for _, p in b.recv_many(4096, timeout=0.5))
@@ -107,18 +119,18 @@ def test_address_change_mid_stream(mover: str) -> None:
 
         th = threading.Thread(target=rx)
         th.start()
-        moved = None
-        for i in range(n):
-            a.send("beta", b"%d" % i, timeout=10)
-            if moved is None and len(got) >= 1000:
-                moved = i
-                (b if mover == "receiver" else a).rebind("127.0.0.2:0")
-        th.join(timeout=40)
-        assert moved is not None and moved < n - 1000  # the move happened mid-stream
-        assert sorted(got) == sorted(b"%d" % i for i in range(n))
         ep = b if mover == "receiver" else a
         other = a if mover == "receiver" else b
+        for i in range(n):
+            if i == 2000:
+                until(lambda: len(got) >= 1000)
+                assert len(got) >= 1000, "the stream is under way before the move"
+                ep.rebind("127.0.0.2:0")
+            a.send("beta", b"%d" % i, timeout=30)
+        th.join(timeout=130)
+        assert sorted(got) == sorted(b"%d" % i for i in range(n))
         assert ep.address[0] == "127.0.0.2"
+        until(lambda: other.stats["address_changes"] >= 1)
         assert other.stats["address_changes"] >= 1
 
 
@@ -186,13 +198,13 @@ def test_100_idle_peers_are_forgotten_and_memory_returns() -> None:
             p.associate("hub", hub.address)
             p.send("hub", b"x" * 100, timeout=5)
         collect(hub, 100)
-        hub_records = hub._proto.record_counts()
-        assert hub_records[1] >= 50  # (the first ones may already have idled out)
+        # one receive record each (counted: the first ones may already have idled out)
+        assert hub.stats["recv_records_created"] >= 100
         for p in peers:
             p.close(timeout=5)
             p._driver.stop()  # no linger (its driver and buffers): measure the hub alone
         del peers, p
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # generous: they idle out within ~2 s
         sec = hub._proto.secure
         assert sec is not None
         while ((hub._proto.record_counts() != (0, 0) or sec.session_count())
@@ -245,7 +257,7 @@ def _restart_mid_stream(tmp_path: Any, graceful: bool) -> tuple[Endpoint, list[b
             break
     b2 = Endpoint("beta", bind=f"127.0.0.1:{port}", clock_file=clock)
     try:
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 120  # generous: a working pair is far quicker
         while th.is_alive() or a.in_flight():
             assert time.monotonic() < deadline, "stalled"
             try:
@@ -307,32 +319,58 @@ def test_wait_receipt_is_false_for_an_unknown_outcome(tmp_path: Any) -> None:
             b2.close(timeout=5)
 
 
+class _RecordingCork(Cork):
+    """The Endpoint's cork window, keeping each decision (True: the send was held)."""
+
+    def __init__(self, window_s: float) -> None:
+        super().__init__(window_s)
+        self.held: list[bool] = []
+
+    def follows(self, now: float) -> bool:
+        held = super().follows(now)
+        self.held.append(held)
+        return held
+
+
 def test_the_first_send_after_a_quiet_spell_leaves_at_once() -> None:
     """The first send of a burst leaves at once (a request's latency); the next one, within
     ``cork_s``, waits for the I/O thread's turn. In one process the second was held before
     the cork window too (the first send wakes the I/O thread, whose turn is then under way):
-    what needs the window is shown across processes, below."""
+    what needs the window is shown across processes, below. A busy machine can pause this
+    thread between the two sends longer than the window (10 ms): the pair is then sent
+    again, so the test asks for a pair within the window rather than for a speed."""
     with Endpoint("alpha", cork_s=0.01) as a, Endpoint("beta") as b:
         a.associate("beta", b.address)
         a.send("beta", b"warm-up", timeout=5)
         assert b.recv(timeout=5) == ("alpha", b"warm-up")
-        time.sleep(0.2)  # everything acknowledged, both I/O threads asleep
-        a.send("beta", b"first", timeout=5)
-        with a._driver.lock:
-            assert not a._proto.has_output()  # left at once
-        a.send("beta", b"second", timeout=5)
-        with a._driver.lock:
-            held = a._proto.has_output()
-        got = collect(b, 2, timeout=5)
-        assert held  # the second waited for the turn
-        assert sorted(p for _, p in got) == [b"first", b"second"]
+        cork = a._cork = _RecordingCork(0.01)
+        pairs = 0
+        for _ in range(50):
+            until(lambda: a.in_flight() == 0)
+            time.sleep(0.1)  # a quiet spell: everything acknowledged, the window over
+            a.send("beta", b"first", timeout=5)
+            with a._driver.lock:
+                assert not a._proto.has_output()  # left at once
+            first_at = cork.sent_at
+            a.send("beta", b"second", timeout=5)
+            pairs += 1
+            if cork.sent_at - first_at < cork.window_s:
+                break
+        assert cork.sent_at - first_at < cork.window_s, "no pair within the window"
+        assert cork.held[::2] == [False] * pairs  # every first one left at once
+        assert cork.held[-1]  # the second, within the window, waited for the turn
+        got = collect(b, 2 * pairs, timeout=30)
+        assert sorted(p for _, p in got) == sorted([b"first", b"second"] * pairs)
 
 
-@pytest.mark.parametrize("cork_s, most", [(0.00005, 50), (0.0, None)])
+@pytest.mark.parametrize("cork_s, most", [(0.002, 50), (0.0, None)])
 def test_a_stream_to_another_process_shares_datagrams(cork_s: float, most: int | None) -> None:
     """Across processes (the I/O thread asleep between turns), a tight loop of sends used to
     leave a datagram per 20 messages or so, the first of each turn alone; within ``cork_s``
-    they wait for the turn and share it (one per 150 here; 900 datagrams before)."""
+    they wait for the turn and share it (one per 150 with the default 50 us on a quiet
+    machine; 900 datagrams before). The window is 2 ms here: with 50 us, a loaded machine
+    that pauses the sending loop longer than that between sends ends windows early, and the
+    count would measure the machine (the default's effect is a benchmark's figure)."""
     import multiprocessing as mp
 
     from a3m.benchmarks.transport import exon_receiver
@@ -389,7 +427,7 @@ def test_a_stream_of_sends_waits_in_the_buffer_without_the_lock_and_close_sends_
 
             t = threading.Thread(target=stream, daemon=True)
             t.start()
-            t.join(5)
+            t.join(30)
             assert not t.is_alive() and len(sent) == min(200, room)
             assert len(a._sbuf.items) == len(sent)  # (the turn needs the lock we hold)
         finally:

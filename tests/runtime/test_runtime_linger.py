@@ -13,21 +13,25 @@ from a3m.exon import Endpoint
 from a3m.testing.relay import FaultRelay
 
 NET = {"loopback_datagram_size": 0}  # through the relay: a network-sized MTU
+REVOKE_S = 120.0  # close_revoke_timeout_s of the lossy pairs (see below)
 
 
 def test_push_pull_through_a_lossy_relay_both_closes_prompt_and_clean() -> None:
     """Two nodes exchange PUSH -> PULL messages through the fault relay (loss 0.3), then the
     sender closes, then the receiver; eight such pairs (in threads, each with its relay).
-    Every close returns True well under the 10 s a ``with a3m.Node(...)`` gives it (a few
-    seconds at worst: retransmission back-off at this loss rate), and every message arrives
-    exactly once. (Before the linger, a release or answer lost on the first closer's last
-    step made the second close wait close_revoke_timeout_s = 10 s in about a third of the
-    pairs.)"""
+    Every close is clean and no revocation is abandoned, and every message arrives exactly
+    once. (Before the linger, a release or answer lost on the first closer's last step made
+    the second close wait close_revoke_timeout_s, then abandon the revocation, in about a
+    third of the pairs.) That is counted, not timed: close_revoke_timeout_s is 120 s here,
+    so a slow machine's retransmission back-off (a few seconds at this loss rate on a quiet
+    one) never reaches it, while a close left waiting for an answer that never comes
+    would abandon its revocation there."""
     slow: list[tuple[int, str, float, bool]] = []
     errors: list[BaseException] = []
 
     def one(rnd: int) -> None:
-        snd, rcv = a3m.Node(f"snd{rnd}", **NET), a3m.Node(f"rcv{rnd}", **NET)
+        snd = a3m.Node(f"snd{rnd}", close_revoke_timeout_s=REVOKE_S, **NET)
+        rcv = a3m.Node(f"rcv{rnd}", close_revoke_timeout_s=REVOKE_S, **NET)
         relay = FaultRelay({snd.id: snd.address, rcv.id: rcv.address}, loss=0.3, dup=0.1,
                            reorder=0.2, seed=100 + rnd)
         try:
@@ -38,17 +42,16 @@ def test_push_pull_through_a_lossy_relay_both_closes_prompt_and_clean() -> None:
             push.link((rcv.id, "in"))
             sent = [b"r%d-%d" % (rnd, i) for i in range(20)]
             for m in sent:
-                push.send(m, timeout=30)
-            got = [pull.recv(timeout=30) for _ in sent]
+                push.send(m, timeout=60)
+            got = [pull.recv(timeout=60) for _ in sent]
             with pytest.raises(a3m.Timeout):
                 pull.recv(timeout=0.3)  # no duplicate
             assert got == sent  # each once, in order
             for name, node in (("snd", snd), ("rcv", rcv)):
                 t0 = time.monotonic()
-                clean = node.close(timeout=10)
-                took = time.monotonic() - t0
-                if not clean or took > 7.0:
-                    slow.append((rnd, name, round(took, 2), clean))
+                clean = node.close(timeout=REVOKE_S + 30)
+                if not clean:
+                    slow.append((rnd, name, round(time.monotonic() - t0, 2), clean))
             assert snd._proto.stats.revocations_abandoned == 0
             assert rcv._proto.stats.revocations_abandoned == 0
         except BaseException as exc:
@@ -62,13 +65,16 @@ def test_push_pull_through_a_lossy_relay_both_closes_prompt_and_clean() -> None:
     for th in threads:
         th.start()
     for th in threads:
-        th.join(120)
+        th.join(2 * REVOKE_S + 120)
     assert not errors, errors
     assert slow == []
 
 
 def test_the_linger_runs_in_the_background_and_ends_by_itself() -> None:
-    opts = {"rto_max_s": 0.25, "rto_initial_s": 0.1}  # linger = 4 x 0.25 s
+    """close() returns at is_closed(), before the linger (still on when it returns: no timing
+    needed), which then ends by itself. The linger is 5 s so that a machine pausing this
+    thread after close() does not see it over already."""
+    opts = {"rto_max_s": 0.25, "rto_initial_s": 0.1, "close_linger_rtos": 20.0}  # 20 x 0.25 s
     with a3m.Node("b", **opts) as b:
         a = a3m.Node("a", **opts)
         a.associate("b", b.address)
@@ -77,14 +83,12 @@ def test_the_linger_runs_in_the_background_and_ends_by_itself() -> None:
         push.link(("b", "in"))
         push.send(b"x", timeout=5)
         assert pull.recv(timeout=5) == b"x"
-        t0 = time.monotonic()
-        assert a.close(timeout=5) is True
-        assert time.monotonic() - t0 < 2.0
+        assert a.close(timeout=30) is True
         drv = a._driver
         assert drv.lingering and not drv.running
         with pytest.raises(a3m.Closed):
             a.socket(a3m.PUSH)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # generous: the linger is 5 s
         while drv._thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not drv._thread.is_alive() and not drv.lingering
@@ -123,7 +127,6 @@ def test_an_unclean_close_does_not_linger() -> None:
     b.send("a", b"x", timeout=5)  # b holds envelopes of a's record
     assert a.recv(timeout=5) == ("b", b"x")
     b._driver.stop()  # b crashes: it will never confirm a's revocation
-    t0 = time.monotonic()
-    assert a.close(timeout=5) is False  # a sender never confirmed: not clean
-    assert time.monotonic() - t0 < 2.0
+    # False by the revocation's own timeout (0.3 s, counted below), not by close's (60 s)
+    assert a.close(timeout=60) is False  # a sender never confirmed: not clean
     assert a._proto.stats.revocations_abandoned == 1

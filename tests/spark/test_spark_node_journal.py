@@ -20,10 +20,10 @@ def _traffic(root, n: int) -> None:
         pulls = [beta.socket(a3m.PULL, "in"), gamma.socket(a3m.PULL, "in")]
         push.link(("beta", "in"))
         push.link(("gamma", "in"))
-        assert push.wait_linked(("beta", "in"), timeout=5)
-        assert push.wait_linked(("gamma", "in"), timeout=5)
+        assert push.wait_linked(("beta", "in"), timeout=30)
+        assert push.wait_linked(("gamma", "in"), timeout=30)
         for i in range(n):
-            push.send(b"m%d" % i, timeout=5)
+            push.send(b"m%d" % i, timeout=30)
         got = 0
         while got < n:
             for p in pulls:

@@ -73,7 +73,9 @@ class Results:
         self.sock = self.node.socket(a3m.PULL, "results")
         self.counts: dict[tuple[str, float], int] = {}
         self.total = 0
-        self.changes: list[tuple[float, int]] = []  # (monotonic time, total) at each change
+        # (monotonic time, total) at each change: a batch's tasks each send their windows,
+        # so one batch may show as several changes
+        self.changes: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
@@ -99,11 +101,7 @@ class Results:
                 self.total += n - self.counts.get(key, 0)
                 self.counts[key] = n
             if self.total != before:
-                now = time.monotonic()
-                if self.changes and now - self.changes[-1][0] < 0.05:
-                    self.changes[-1] = (now, self.total)  # the same batch's other tasks
-                else:
-                    self.changes.append((now, self.total))
+                self.changes.append((time.monotonic(), self.total))
 
     def reset(self) -> None:
         self.counts.clear()
@@ -140,7 +138,13 @@ def _stop(spark: Any, query: Any) -> None:
 
 
 def run_rate(spark: Any, results: Results, work: Path, producers: int, rows_per_batch: int,
-             warmup_s: float, seconds: float, progress: Progress) -> dict[str, Any]:
+             warmup_s: float, seconds: float, progress: Progress,
+             deadline_s: float = 600.0) -> dict[str, Any]:
+    """The rate feed's slope. The warm-up lasts ``warmup_s`` and at least until the first
+    batch has finished (a cold JVM's first batches can take far longer than a window); then
+    the feed is measured for ``seconds`` and on until two batches have finished after the
+    warm-up, so a slow or busy machine gives a slower figure, not an error. Only when
+    ``deadline_s`` (from the query's start) passes first does it raise, saying what it saw."""
     from pyspark.sql import functions as F
 
     df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
@@ -152,25 +156,52 @@ def run_rate(spark: Any, results: Results, work: Path, producers: int, rows_per_
                            (20 + (F.col("value") % 1000) / 200).alias("value")))
         .cast("binary").alias("payload"))
     results.reset()
+    started = time.monotonic()
+    deadline = started + deadline_s
     query = _start(spark, readings, results, work / "rate")
+
+    def wait_until(done: Callable[[], bool], until: float) -> bool:
+        """Wait for ``done()`` until ``until`` (monotonic) or the query fails."""
+        while not done():
+            if query.exception() is not None:
+                raise RuntimeError(f"the rate query failed: {query.exception()}")
+            if time.monotonic() >= until:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def finished(t_from: float) -> list[tuple[float, int]]:
+        """Batches finished since ``t_from``: every batch adds ``rows_per_batch`` readings
+        (timestamps only move forward, so the watermark drops none), and a batch's tasks
+        report separately, so a batch has finished when the total is a multiple of it."""
+        return [c for c in results.changes if c[0] >= t_from and c[1] % rows_per_batch == 0]
+
+    def seen(t_from: float | None) -> str:
+        after = "" if t_from is None else f", {len(finished(t_from))} after the warm-up"
+        return (f"{len(finished(started))} batch(es) of {rows_per_batch:,} rows finished in "
+                f"{time.monotonic() - started:.1f} s since the query started{after}, "
+                f"{results.total:,} readings aggregated")
+
     try:
-        progress(f"rate source, {rows_per_batch:,} rows per batch: {warmup_s:.0f} s warm-up, then "
-                 f"{seconds:.0f} s measured")
-        time.sleep(warmup_s)
+        progress(f"rate source, {rows_per_batch:,} rows per batch: {warmup_s:.0f} s warm-up "
+                 f"(and a first batch), then {seconds:.0f} s measured (and two batches)")
+        wait_until(lambda: False, min(deadline, started + warmup_s))
+        if not wait_until(lambda: bool(finished(started)), deadline):
+            raise RuntimeError(f"the rate feed did not finish its first batch within "
+                               f"{deadline_s:.0f} s: {seen(None)}")
         t_from = time.monotonic()
-        time.sleep(seconds)
-        if query.exception() is not None:
-            raise RuntimeError(f"the rate query failed: {query.exception()}")
+        wait_until(lambda: False, min(deadline, t_from + seconds))
+        if not wait_until(lambda: len(finished(t_from)) >= 2, deadline):
+            raise RuntimeError(f"the rate feed did not finish two batches after its warm-up "
+                               f"within {deadline_s:.0f} s: {seen(t_from)}")
     finally:
         _stop(spark, query)
     # Batch by batch: from the first batch that finished after the warm-up to the last one.
-    done = [c for c in results.changes if c[0] >= t_from]
-    if len(done) < 2:
-        raise RuntimeError(f"the rate feed finished {len(done)} batch(es) in {seconds} s: "
-                           f"give it more --rate-seconds or fewer --rate-rows")
+    done = finished(t_from)
     (t1, n1), (t2, n2) = done[0], done[-1]
     rate = (n2 - n1) / (t2 - t1)
     return {"feed": "rate", "rows_per_batch": rows_per_batch, "seconds": round(t2 - t1, 1),
+            "batches": (n2 - n1) // rows_per_batch, "warmup_s": round(t_from - started, 1),
             "readings": n2 - n1, "readings_per_s": round(rate)}
 
 

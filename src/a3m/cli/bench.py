@@ -64,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="rows per micro-batch of Spark's rate-micro-batch source "
                          "(default 200000)")
     sp.add_argument("--rate-seconds", type=float, default=15.0,
-                    help="seconds the rate feed is measured (default 15)")
+                    help="seconds the rate feed is measured (default 15; on, if need be, until "
+                         "two batches have finished after the warm-up)")
     sp.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     g = p.add_argument_group(
         "emulated path (rpc; pushpull when any is given)",
