@@ -149,6 +149,9 @@ class ExonStats:
     hello_resends: int = 0
     initiate_resends: int = 0
     retries_sent: int = 0  # HELLOs answered with an address token (busy)
+    unauth_shed: int = 0  # handshake datagrams dropped unread: their source's budget or the
+    # RETRY budget was spent (docs/exon-wire.md, "Under load")
+    data_first: int = 0  # sealed datagrams of live sessions taken ahead of others in a batch
     retries_received: int = 0
     token_invalid: int = 0
     cookie_invalid: int = 0  # forged, replayed from another address, or too old
@@ -245,7 +248,7 @@ class ProtocolState:
                 entropy, self.stats, self._events, self._path_proven,
                 handshake_rate=cfg.handshake_rate, rekey_after_s=cfg.rekey_after_s,
                 idle_s=cfg.session_idle_s, backoff_cap_s=self._backoff_cap,
-                timeout_s=cfg.rto_initial_s)
+                timeout_s=cfg.rto_initial_s, retry_rate=cfg.retry_rate)
 
     @property
     def secure(self) -> SecureLayer | None:

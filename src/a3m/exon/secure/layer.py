@@ -10,6 +10,7 @@ into what to send, starting a handshake when there is no session yet. Rules and 
 from __future__ import annotations
 
 import heapq
+import ipaddress
 import struct
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -51,6 +52,17 @@ MAX_QUEUED_BYTES = 1 << 20
 MAX_SESSIONS = 65536
 #: Handshakes this node started and that are still pending, in all.
 MAX_PENDING = 65536
+#: Handshake datagrams (HELLO, INITIATE) a second that one source may make this node work on
+#: (a RETRY, a token or cookie checked, a key exchange), and the burst allowed; beyond it
+#: they are dropped before any cryptography (``unauth_shed``). A source is an IPv4 address
+#: or an IPv6 /64, whatever the port (WireGuard's rule): the port costs an attacker nothing.
+SOURCE_RATE = 100.0
+#: The handshake and RETRY budgets hold this many seconds' worth at most (the burst): a
+#: flood's first moments cost a tenth of a second of key exchanges, not a whole second.
+HANDSHAKE_BURST_S = 0.1
+#: Sources whose budget is tracked at once; beyond, those idle for a second (their budget
+#: full again) are forgotten, and all of them if that is not enough.
+MAX_SOURCES = 4096
 
 _NONCE = struct.Struct(">4xQ").pack
 _SEALED_PACK = p.SEALED_HDR.pack
@@ -92,6 +104,20 @@ def _addr_bytes(addr: Address) -> bytes:
     return repr(addr).encode()
 
 
+def source_of(addr: Address) -> Hashable:
+    """The source an address counts as for the per-source budgets: an IPv4 address, an
+    IPv6 /64 (a host's usual share), whatever the port; any other address as it is."""
+    if isinstance(addr, tuple) and addr and isinstance(addr[0], str):
+        host: str = addr[0]
+        if ":" not in host:
+            return host
+        try:
+            return ipaddress.IPv6Address(host.split("%", 1)[0]).packed[:8]
+        except ValueError:
+            return host
+    return addr
+
+
 class SecureLayer:
     """Sessions with peers, the handshakes that make them, and the paths they use.
 
@@ -103,7 +129,8 @@ class SecureLayer:
                  entropy: Callable[[int], bytes], stats: Any, events: deque[Event],
                  on_path: Callable[[str, Address], None], handshake_rate: float = 1000.0,
                  rekey_after_s: float = 120.0, idle_s: float = 120.0,
-                 backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
+                 backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S,
+                 retry_rate: float = 2000.0) -> None:
         self.id = node_id
         self.key = key
         self.trust = trust
@@ -113,8 +140,15 @@ class SecureLayer:
         self._on_path = on_path
         self.incarnation = int.from_bytes(entropy(8), "big")
         self._rate = handshake_rate
-        self._bucket = handshake_rate
+        # HELLOs without a token, metered: each takes one (answered or not), down to a debt
+        # of a second's worth; a key exchange only while one is left. A flood past the rate
+        # keeps it in debt, so a sustained flood gets no key exchange at all.
+        self._bucket = handshake_rate * HANDSHAKE_BURST_S
         self._bucket_at = -INF
+        self._retry_rate = retry_rate
+        self._retries = retry_rate * HANDSHAKE_BURST_S  # RETRYs a second, in all
+        self._retries_at = -INF
+        self._sources: dict[Hashable, list[float]] = {}  # source -> [budget left, when]
         self._rekey_after = rekey_after_s
         self._idle = idle_s
         self._backoff_cap = backoff_cap_s
@@ -134,6 +168,15 @@ class SecureLayer:
 
     def session_count(self) -> int:
         return len(self._by_index)
+
+    def sessions_by_index(self) -> dict[int, Session]:
+        """The live sessions by the index datagrams under them carry (read it, never change
+        it): what ``ExonProtocol.receive_datagrams`` looks up to take them first."""
+        return self._by_index
+
+    def source_count(self) -> int:
+        """Sources whose handshake budget is being tracked (bounded by MAX_SOURCES)."""
+        return len(self._sources)
 
     def pending_count(self) -> int:
         return len(self._pending)
@@ -340,6 +383,29 @@ class SecureLayer:
         self._arm(init, now + self._timeout)
         return init
 
+    def _source_ok(self, addr: Address, now: float) -> bool:
+        """Take one from the budget of the source ``addr`` counts as (False: it is spent;
+        counted ``unauth_shed``)."""
+        key = source_of(addr)
+        sources = self._sources
+        b = sources.get(key)
+        if b is None:
+            if len(sources) >= MAX_SOURCES:
+                for k in [k for k, v in sources.items() if now - v[1] >= 1.0]:
+                    del sources[k]
+                if len(sources) >= MAX_SOURCES:
+                    sources.clear()
+            sources[key] = [SOURCE_RATE - 1.0, now]
+            return True
+        left = min(SOURCE_RATE, b[0] + (now - b[1]) * SOURCE_RATE)
+        b[1] = now
+        if left < 1.0:
+            b[0] = left
+            self.stats.unauth_shed += 1
+            return False
+        b[0] = left - 1.0
+        return True
+
     def _on_hello(self, data: bytes | memoryview, addr: Address, now: float) -> None:
         st = self.stats
         if len(data) < p.HELLO_SIZE:
@@ -349,25 +415,42 @@ class SecureLayer:
         if tlen not in (0, p.TOKEN_BYTES):
             st.malformed += 1
             return
+        if not self._source_ok(addr, now):
+            return
+        busy = False
+        if not tlen:
+            rate = self._rate
+            left = min(rate * HANDSHAKE_BURST_S, self._bucket + (now - self._bucket_at) * rate)
+            self._bucket_at = now
+            self._bucket = max(-rate, left - 1.0)
+            if left < 1.0:
+                # Busy: prove your address first (a RETRY is smaller than the HELLO), as
+                # many as the RETRY budget allows; beyond it, nothing at all.
+                r = self._retry_rate
+                retries = min(r * HANDSHAKE_BURST_S,
+                              self._retries + (now - self._retries_at) * r)
+                self._retries_at = now
+                if retries < 1.0:
+                    self._retries = retries
+                    st.unauth_shed += 1
+                    return
+                self._retries = retries - 1.0
+                busy = True
         at = 3 + tlen
         e_i = bytes(data[at:at + KEY_BYTES])
         index_b = bytes(data[at + KEY_BYTES:at + KEY_BYTES + 4])
         bound = _addr_bytes(addr) + e_i + index_b
         if tlen:
+            # The address is proven (or the token forged): only the source's budget applies.
             if not self._jar.token_ok(bytes(data[3:at]), bound, now):
                 st.token_invalid += 1
                 return
-        else:
-            self._bucket = min(self._rate, self._bucket + (now - self._bucket_at) * self._rate)
-            self._bucket_at = now
-            if self._bucket < 1.0:
-                # Busy: prove your address first (a RETRY is smaller than the HELLO).
-                st.retries_sent += 1
-                token = self._jar.token(bound, now)
-                self._control.append((p.RETRY_HDR.pack(p.VERSION, p.RETRY,
-                                                       *hs.INDEX.unpack(index_b)) + token, addr))
-                return
-            self._bucket -= 1.0
+        elif busy:
+            st.retries_sent += 1
+            token = self._jar.token(bound, now)
+            self._control.append((p.RETRY_HDR.pack(p.VERSION, p.RETRY,
+                                                   *hs.INDEX.unpack(index_b)) + token, addr))
+            return
         if len(self._by_index) >= MAX_SESSIONS:
             st.sessions_full += 1
             return
@@ -441,6 +524,8 @@ class SecureLayer:
         head = p.INITIATE_HDR.size
         if len(data) < head + KEY_BYTES + hs.COOKIE_BYTES:
             st.truncated += 1
+            return
+        if not self._source_ok(addr, now):
             return
         _, _, index_i = p.INITIATE_HDR.unpack_from(data)
         e_i = bytes(data[head:head + KEY_BYTES])
