@@ -334,6 +334,16 @@ class ExonProtocol(LivenessPart):
                 for d, _ in plains:
                     sec.seal(peer, d, addr, now, result)
         self._out.clear()
+        if self._solo:
+            for peer, frame in self._solo:
+                addr = self.address_of(peer)
+                if addr is not None:
+                    d = self._header(peer) + frame
+                    if sec is None:
+                        result.append((d, addr))
+                    else:
+                        sec.seal(peer, d, addr, now, result)
+            self._solo.clear()
         if sec is not None and sec.has_output():
             result = sec.take_control() + result  # handshakes go first
         return self._count_out(result)

@@ -19,6 +19,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 
 from a3m.exon.events import Event, KeyRefused
+from a3m.exon.recovery import UNSAMPLED_STEADY_PTOS
 from a3m.exon.secure import handshake as hs
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
@@ -41,6 +42,13 @@ HANDSHAKE_GIVE_UP_S = COOKIE_LIFETIME_S
 #: have restarted and forgotten it (its datagrams would be refused).
 SILENCE_REHANDSHAKE_S = 1.0
 UNANSWERED_REHANDSHAKE = 4
+#: Before a round trip to the peer is known, HELLO and INITIATE are resent every
+#: ``timeout_s`` this many times before the interval doubles, as Exon's probes before an RTT
+#: sample (recovery.UNSAMPLED_STEADY_PTOS): a handshake needs two datagrams through in one
+#: attempt (p = 0.42 at 35 % loss each way), and with the interval doubling from the first
+#: resend the slowest of 200 simulated first links took 20 s. The packets are small and the
+#: responder's work on them is budgeted (SOURCE_RATE).
+FAST_TRIES = UNSAMPLED_STEADY_PTOS
 #: Path challenges sent before a candidate address is given up.
 CHALLENGE_TRIES = 5
 #: Exon datagrams held per peer while its handshake runs (the oldest is dropped beyond it;
@@ -130,7 +138,8 @@ class SecureLayer:
                  on_path: Callable[[str, Address], None], handshake_rate: float = 1000.0,
                  rekey_after_s: float = 120.0, idle_s: float = 120.0,
                  backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S,
-                 retry_rate: float = 2000.0) -> None:
+                 retry_rate: float = 2000.0,
+                 on_session: Callable[[str, float], None] | None = None) -> None:
         self.id = node_id
         self.key = key
         self.trust = trust
@@ -138,6 +147,9 @@ class SecureLayer:
         self.stats = stats
         self._events = events
         self._on_path = on_path
+        #: ``on_session(peer, now)``: a session with ``peer`` was installed and what waited
+        #: for it leaves now (Exon restarts its probe timeouts: nothing had left before).
+        self._on_session = on_session
         self.incarnation = int.from_bytes(entropy(8), "big")
         self._rate = handshake_rate
         # HELLOs without a token, metered: each takes one (answered or not), down to a debt
@@ -516,6 +528,8 @@ class SecureLayer:
         self._arm(s, now + self._timeout)
         for plain in init.queue:
             self._control.append((self._seal(s, p.DATA, plain, now), s.addr))
+        if self._on_session is not None:
+            self._on_session(s.peer, now)
         if addr != s.addr:
             self._moved(s, addr, True, len(data), now)
 
@@ -570,6 +584,8 @@ class SecureLayer:
         self._install(s, now)
         # Confirm at once: the initiator resends INITIATE until something opens under it.
         self._control.append((self._seal(s, p.DATA, b"", now), addr))
+        if self._on_session is not None:
+            self._on_session(peer, now)
 
     def _remember(self, e_i: bytes, s: Session, now: float) -> None:
         done = self._completed
@@ -615,6 +631,14 @@ class SecureLayer:
         if self._previous.get(s.peer) is s:
             del self._previous[s.peer]
 
+    def _resend_after(self, tries: int) -> float:
+        """The wait before resend number ``tries`` (1 = the first resend) of HELLO or
+        INITIATE: ``timeout_s`` for FAST_TRIES resends, then doubling up to the cap."""
+        if tries <= FAST_TRIES:
+            return self._timeout
+        wait: float = self._timeout * (1 << min(tries - FAST_TRIES, 16))
+        return min(wait, self._backoff_cap)
+
     # ------------------------------------------------------------------ timers
 
     def _arm(self, obj: Session | _Initiation, t: float) -> None:
@@ -646,9 +670,8 @@ class SecureLayer:
             return
         self.stats.hello_resends += 1
         self._control.append((init.hello(), init.addr))
+        self._arm(init, now + self._resend_after(init.tries))
         init.tries += 1
-        self._arm(init, now + min(self._timeout * 2 ** (init.tries - 1),
-                                  self._backoff_cap))
 
     def _session_timer(self, s: Session, now: float) -> None:
         expiry = min(s.reject_at,
@@ -666,8 +689,7 @@ class SecureLayer:
             s.initiate_tries += 1
             self.stats.initiate_resends += 1
             self._control.append((s.initiate, s.addr))
-            nxt = min(nxt, now + min(self._timeout * 2 ** s.initiate_tries,
-                                     self._backoff_cap))
+            nxt = min(nxt, now + self._resend_after(s.initiate_tries + 1))
         elif s.candidate is not None:
             if s.challenge_tries >= CHALLENGE_TRIES:
                 s.candidate = None
