@@ -110,6 +110,19 @@ def test_one_source_gets_its_share_and_others_are_still_served() -> None:
     assert source_of(("192.0.2.7", 1)) == source_of(("192.0.2.7", 2))
 
 
+def test_many_nodes_behind_one_address_are_not_load() -> None:
+    """300 HELLOs from one address at once (nodes of one host starting together) stay under
+    handshake_rate: no per-source budget applies, every one is answered (a key exchange, or
+    a RETRY past the handshake bucket's burst)."""
+    net = SecureNet("b")
+    b = net.nodes["b"]
+    for i in range(300):
+        net.inject(_hello(i), ("127.0.0.1", 5000 + i), "b")
+    st = b.stats
+    assert st.unauth_shed == 0
+    assert st.hellos_answered + st.retries_sent == 300 and st.hellos_answered > 0
+
+
 def test_the_sources_tracked_stay_bounded() -> None:
     net = SecureNet("b", config=ExonConfig(handshake_rate=0.0, retry_rate=0.0))
     b = net.nodes["b"]

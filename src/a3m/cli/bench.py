@@ -255,13 +255,13 @@ def _storm(args: argparse.Namespace) -> int:
         print(text)
     else:
         q = result["quiet"]
-        print(f"quiet: {q['msgs_per_s']:,} msg/s (first and last: "
-              f"{', '.join(format(r['msgs_per_s'], ',') for r in q['runs'])}), "
-              f"exact={q['exact']}", file=sys.stderr)
+        print(f"quiet: {q['msgs_per_s']:,} msg/s on average (each storm run is compared "
+              f"with the quiet run right before it), exact={q['exact']}", file=sys.stderr)
         for r in result["runs"]:
             where = " (another port)" if r["elsewhere"] else ""
             print(f"{r['rate_asked']:>7,.0f}/s {r['mix']:<8}{where:<15} "
-                  f"{r['msgs_per_s']:>8,} msg/s = {r['share_of_quiet']:.2f} of quiet, "
+                  f"{r['msgs_per_s']:>8,} msg/s = {r['share_of_quiet']:.2f} of quiet "
+                  f"({r['quiet_msgs_per_s']:,}), "
                   f"exact={r['exact']}, +{r['rss_growth_mib']} MiB, "
                   f"reflection {r.get('reflection', 0):.3f}", file=sys.stderr)
     return 0 if result["exact"] else 1

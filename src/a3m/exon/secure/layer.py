@@ -60,10 +60,11 @@ MAX_QUEUED_BYTES = 1 << 20
 MAX_SESSIONS = 65536
 #: Handshakes this node started and that are still pending, in all.
 MAX_PENDING = 65536
-#: Handshake datagrams (HELLO, INITIATE) a second that one source may make this node work on
-#: (a RETRY, a token or cookie checked, a key exchange), and the burst allowed; beyond it
-#: they are dropped before any cryptography (``unauth_shed``). A source is an IPv4 address
-#: or an IPv6 /64, whatever the port (WireGuard's rule): the port costs an attacker nothing.
+#: Under load, handshake datagrams (HELLO, INITIATE) a second that one source may make this
+#: node work on (a RETRY, a token or cookie checked, a key exchange), and the burst allowed;
+#: beyond it they are dropped before any cryptography (``unauth_shed``). A source is an IPv4
+#: address or an IPv6 /64, whatever the port (WireGuard's rule): the port costs an attacker
+#: nothing.
 SOURCE_RATE = 100.0
 #: The handshake and RETRY budgets hold this many seconds' worth at most (the burst): a
 #: flood's first moments cost a tenth of a second of key exchanges, not a whole second.
@@ -161,6 +162,10 @@ class SecureLayer:
         self._retries = retry_rate * HANDSHAKE_BURST_S  # RETRYs a second, in all
         self._retries_at = -INF
         self._sources: dict[Hashable, list[float]] = {}  # source -> [budget left, when]
+        # HELLOs and INITIATEs, metered as the bucket above but over a second's burst: in
+        # debt, the node is under load and the per-source budgets apply.
+        self._load = handshake_rate
+        self._load_at = -INF
         self._rekey_after = rekey_after_s
         self._idle = idle_s
         self._backoff_cap = backoff_cap_s
@@ -396,8 +401,16 @@ class SecureLayer:
         return init
 
     def _source_ok(self, addr: Address, now: float) -> bool:
-        """Take one from the budget of the source ``addr`` counts as (False: it is spent;
-        counted ``unauth_shed``)."""
+        """Under load, take one from the budget of the source ``addr`` counts as (False: it
+        is spent; counted ``unauth_shed``). Under load: more HELLOs and INITIATEs than
+        ``handshake_rate`` a second, over about a second (WireGuard limits per source only
+        under load too: a hundred nodes behind one address starting at once are not load)."""
+        rate = self._rate
+        load = min(rate, self._load + (now - self._load_at) * rate)
+        self._load_at = now
+        self._load = max(-rate, load - 1.0)
+        if load >= 1.0:
+            return True
         key = source_of(addr)
         sources = self._sources
         b = sources.get(key)
