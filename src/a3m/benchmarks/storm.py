@@ -11,7 +11,10 @@ from 254 source addresses on 127.0.0.0/8 at a fixed rate, each mix in turn:
 - ``mixed``: the four in equal shares.
 
 Each run reports the stream's rate as a share of the quiet rate (the same stream with no
-attacker, measured right before it in the same invocation), whether it arrived exactly once (the receiver
+attacker, measured right before it in the same invocation), and the same share by the
+receiver's CPU: its CPU time per message quiet over the same under the storm, what the rate
+share would be for a receiver with a CPU of its own (the wall-clock share moves with
+whatever else the machine runs; the CPU share much less), whether it arrived exactly once (the receiver
 audits every sequence number), the receiver's memory growth (the highest RSS over the RSS
 at the first message, sampled during the stream), the datagrams the kernel dropped for its
 socket, and reflection: the bytes the attacker's 254 addresses received back per byte they
@@ -25,6 +28,7 @@ import multiprocessing as mp
 import os
 import queue
 import random
+import resource
 import socket
 import time
 from typing import Any
@@ -42,6 +46,12 @@ _POOL = 4096  # distinct garbage datagrams per mix, cycled
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _cpu_s() -> float:
+    """CPU seconds this process used so far (every thread, user and system)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _udp_drops(port: int) -> int | None:
@@ -69,13 +79,14 @@ def storm_receiver(ready: Any, results: Any, messages: int, size: int, **_: Any)
             port = node.address[1]
             seen = bytearray(messages)
             dups = phantoms = got = 0
-            first_t = 0.0
+            first_t = cpu0 = 0.0
             rss0 = peak = 0
             drops0 = _udp_drops(port)
             while got < messages:
                 payload = pull.recv(timeout=600)
                 if not first_t:
                     first_t = time.perf_counter()
+                    cpu0 = _cpu_s()
                     rss0 = peak = _rss_bytes()
                 got += 1
                 if not got & 0x3FFF:
@@ -87,6 +98,7 @@ def storm_receiver(ready: Any, results: Any, messages: int, size: int, **_: Any)
                 else:
                     phantoms += 1
             last_t = time.perf_counter()
+            cpu = _cpu_s() - cpu0
             end = time.monotonic() + 0.5  # a duplicate would arrive now
             while time.monotonic() < end:
                 try:
@@ -105,6 +117,7 @@ def storm_receiver(ready: Any, results: Any, messages: int, size: int, **_: Any)
                      "kernel_drops": (None if drops0 is None or drops1 is None
                                       else drops1 - drops0),
                      "msgs_per_s": (messages - 1) / (last_t - first_t),
+                     "cpu_us_per_msg": cpu / (messages - 1) * 1e6,
                      "lost": messages - sum(seen), "duplicates": dups, "phantoms": phantoms,
                      "rss_mib": round(rss0 / 2**20, 1),
                      "rss_growth_mib": round((peak - rss0) / 2**20, 1),
@@ -287,6 +300,7 @@ def run_once(messages: int, size: int, rate: float, mix: str, elsewhere: bool,
     out: dict[str, Any] = {
         "rate_asked": rate, "mix": mix if rate else None, "elsewhere": elsewhere,
         "msgs_per_s": round(r["msgs_per_s"]),
+        "rx_cpu_us_per_msg": round(r["cpu_us_per_msg"], 3),
         "exact": r["lost"] == 0 and r["duplicates"] == 0 and r["phantoms"] == 0,
         "lost": r["lost"], "duplicates": r["duplicates"], "phantoms": r["phantoms"],
         "rss_mib": r["rss_mib"], "rss_growth_mib": r["rss_growth_mib"],
@@ -325,6 +339,7 @@ def run_storm(messages: int, size: int, rates: list[float], mixes: list[str],
         r = run_once(messages, size, rate, mix, away, placement)
         r["quiet_msgs_per_s"] = q["msgs_per_s"]
         r["share_of_quiet"] = round(r["msgs_per_s"] / q["msgs_per_s"], 3)
+        r["cpu_share_of_quiet"] = round(q["rx_cpu_us_per_msg"] / r["rx_cpu_us_per_msg"], 3)
         runs.append(r)
     quiet_rate = sum(q["msgs_per_s"] for q in quiet) / len(quiet)
     return {"workload": "storm", "messages": messages, "size": size, "placement": placement,

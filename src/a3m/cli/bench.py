@@ -261,7 +261,7 @@ def _storm(args: argparse.Namespace) -> int:
             where = " (another port)" if r["elsewhere"] else ""
             print(f"{r['rate_asked']:>7,.0f}/s {r['mix']:<8}{where:<15} "
                   f"{r['msgs_per_s']:>8,} msg/s = {r['share_of_quiet']:.2f} of quiet "
-                  f"({r['quiet_msgs_per_s']:,}), "
+                  f"({r['quiet_msgs_per_s']:,}), by CPU {r['cpu_share_of_quiet']:.2f}, "
                   f"exact={r['exact']}, +{r['rss_growth_mib']} MiB, "
                   f"reflection {r.get('reflection', 0):.3f}", file=sys.stderr)
     return 0 if result["exact"] else 1
