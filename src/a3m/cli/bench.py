@@ -9,7 +9,8 @@ path (:mod:`a3m.testing.netem`: network namespaces, so root) instead of plain lo
 ``a3m bench pipeline`` runs one Spark streaming aggregation and sink fed by Spark's ``rate``
 source and by the ``a3m`` source (:mod:`a3m.benchmarks.pipeline`). ``a3m bench groups`` sends
 to groups of 1, 4 and 16 DISHes (ALL) beside a PUB with as many SUBs
-(:mod:`a3m.benchmarks.groups`).
+(:mod:`a3m.benchmarks.groups`). ``a3m bench storm`` streams while another process floods the
+receiver with garbage datagrams from 254 addresses (:mod:`a3m.benchmarks.storm`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import json
 import sys
 from typing import Any
 
-BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc", "pipeline", "groups")
+BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc", "pipeline", "groups",
+                    "storm")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,6 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     gp.add_argument("--members", default="1,4,16",
                     help="group sizes, one run each (default 1,4,16; --messages per run: "
                          "20000 unless given)")
+    st = p.add_argument_group("storm", "a secure stream under a flood of garbage datagrams")
+    st.add_argument("--storm-rates", default="2000,20000,50000",
+                    help="garbage datagrams per second, one set of runs each "
+                         "(default 2000,20000,50000)")
+    st.add_argument("--mixes", default="random,hello,initiate,sealed,mixed",
+                    help="what the attacker sends, one run each (default: all five)")
+    st.add_argument("--no-elsewhere", action="store_true",
+                    help="skip the runs with the storm aimed at another port of the host")
     sp = p.add_argument_group("pipeline", "the Spark query fed by rate and by a3m")
     sp.add_argument("--readings", type=int, default=200_000,
                     help="readings per a3m run (default 200000)")
@@ -123,7 +133,7 @@ def _save(result: dict[str, Any], args: argparse.Namespace, plot: str | None,
 
 def run(args: argparse.Namespace) -> int:
     if args.messages is None:
-        args.messages = 20_000 if args.workload == "groups" else 200_000
+        args.messages = {"groups": 20_000, "storm": 100_000}.get(args.workload, 200_000)
     from_files = getattr(args, "from_files", None)
     plot = getattr(args, "plot", None)
     if from_files:
@@ -144,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
         return _pipeline(args, plot)
     if args.workload == "groups":
         return _groups(args, plot)
+    if args.workload == "storm":
+        return _storm(args)
     if args.workload == "rpc" or (args.workload == "pushpull" and (
             args.loss is not None or args.delay is not None or args.rate)):
         return _emulated(args, plot)
@@ -225,6 +237,39 @@ def _groups(args: argparse.Namespace, plot: str | None) -> int:
           "\n".join(f"{r['kind']:15} {r['members']:3} members: "
                     f"{r['msgs_per_s_per_member']:>8,} msg/s per member, exact={r['exact']}"
                     for r in result["runs"]))
+    return 0 if result["exact"] else 1
+
+
+def _storm(args: argparse.Namespace) -> int:
+    """A secure stream under 2 k, 20 k, 50 k garbage datagrams a second, each mix."""
+    from a3m.benchmarks import storm
+
+    rates = _counts(args.storm_rates)
+    mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
+    if rates is None:
+        return _error(f"--storm-rates takes rates >= 1 separated by commas, not "
+                      f"{args.storm_rates!r}")
+    if not mixes or set(mixes) - set(storm.MIXES):
+        return _error(f"--mixes takes some of {','.join(storm.MIXES)}")
+    if args.size < 8 or args.messages < 2:
+        return _error("need --size >= 8 and --messages >= 2")
+    result = storm.run_storm(args.messages, args.size, [float(r) for r in rates], mixes,
+                             elsewhere=not args.no_elsewhere, placement=args.placement,
+                             progress=_progress)
+    text = _save(result, args, None, None)
+    if args.json:
+        print(text)
+    else:
+        q = result["quiet"]
+        print(f"quiet: {q['msgs_per_s']:,} msg/s on average (each storm run is compared "
+              f"with the quiet run right before it), exact={q['exact']}", file=sys.stderr)
+        for r in result["runs"]:
+            where = " (another port)" if r["elsewhere"] else ""
+            print(f"{r['rate_asked']:>7,.0f}/s {r['mix']:<8}{where:<15} "
+                  f"{r['msgs_per_s']:>8,} msg/s = {r['share_of_quiet']:.2f} of quiet "
+                  f"({r['quiet_msgs_per_s']:,}), by CPU {r['cpu_share_of_quiet']:.2f}, "
+                  f"exact={r['exact']}, +{r['rss_growth_mib']} MiB, "
+                  f"reflection {r.get('reflection', 0):.3f}", file=sys.stderr)
     return 0 if result["exact"] else 1
 
 

@@ -89,6 +89,10 @@ class ExonConfig:
     #: Handshakes per second answered at once; beyond it a HELLO is answered with an address
     #: token (RETRY), so a flood from forged addresses costs no key exchange.
     handshake_rate: float = 1000.0
+    #: RETRYs a second at most, in all; beyond it a HELLO without a token is dropped unread
+    #: (counted ``unauth_shed``), so a flood from forged addresses costs the node, and
+    #: reflects to them, no more than this (docs/exon-wire.md, "Under load").
+    retry_rate: float = 2000.0
     #: A session's initiator starts a new handshake when the session is this old; a session
     #: 1.5x as old is refused.
     rekey_after_s: float = 120.0
@@ -124,6 +128,8 @@ class ExonConfig:
             raise UsageError("peer_timeout_s must be 0 (never) or >= rto_max_s")
         if self.trust not in ("tofu", "strict"):
             raise UsageError("trust must be 'tofu' or 'strict'")
+        if self.retry_rate < 0:
+            raise UsageError("retry_rate must be >= 0")
         if self.handshake_rate < 0 or not self.rekey_after_s > 0 or not self.session_idle_s > 0:
             raise UsageError("handshake_rate must be >= 0, rekey_after_s and session_idle_s > 0")
         if self.max_live_slots < self.slots_ahead:

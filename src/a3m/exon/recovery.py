@@ -7,7 +7,9 @@ argument and the constants are in ``docs/exon-wire.md`` ("Loss recovery"):
   come only from first transmissions (a token resent keeps its slot, so the ACK of a
   retransmission is ambiguous: Karn's rule) and from SLOTS answering a first REQSLOTS.
 - **Probe timeout** = srtt + max(4 rttvar, granularity) + the peer's largest ACK delay,
-  doubled on each consecutive expiry and back to its base on any acknowledged progress.
+  doubled on each consecutive expiry and back to its base on any acknowledged progress;
+  before any sample, the initial timeout, held for ``UNSAMPLED_STEADY_PTOS`` expiries
+  before it doubles.
 - **Loss detection**: a token is lost when one sent 3 transmissions later was acknowledged
   (packet threshold), or when one sent later was acknowledged and it is older than 9/8 of
   max(srtt, latest RTT) (time threshold). Once the path shows reordering (a first
@@ -46,6 +48,14 @@ SPURIOUS_FOR_REORDERING = 3
 MAX_REORDER_QUARTERS = 12
 #: Consecutive probe timeouts without any acknowledgement taken as persistent congestion.
 PERSISTENT_PTOS = 3
+#: Before any RTT sample, this many probe timeouts in a row keep the initial timeout; the
+#: back-off doubles only after them. What a path without a sample has in flight is a slot
+#: request (tens of bytes), no threat to any queue, and its answer needs a datagram through
+#: each way: at 35 % loss each way an attempt succeeds with p = 0.42, and with the timeout
+#: doubling from the first expiry one first exchange in a hundred took over 10 s. With 10
+#: steady probes (2 s at the default 0.2 s) 0.4 % of them need more. A peer that is gone
+#: costs 10 small probes more than before, then the usual back-off.
+UNSAMPLED_STEADY_PTOS = 10
 #: Initial window: min(10 x datagram, max(14720, 2 x datagram)) bytes (RFC 9002, 7.2).
 INITIAL_WINDOW_DATAGRAMS = 10
 #: The least window: 4 datagrams, as BBR's (a sender, its receiver's turn and the ACK each
@@ -126,7 +136,10 @@ class PathRecovery:
 
     def _update_pto(self) -> None:
         base = self.base_pto()
-        t = base * (1 << self.pto_count) if self.pto_count < 16 else self.backoff_cap
+        n = self.pto_count
+        if not self.sampled:
+            n = n - UNSAMPLED_STEADY_PTOS if n > UNSAMPLED_STEADY_PTOS else 0
+        t = base * (1 << n) if n < 16 else self.backoff_cap
         self.pto = t if t < self.backoff_cap else max(self.backoff_cap, base)
 
     def on_rtt_sample(self, sample: float) -> None:

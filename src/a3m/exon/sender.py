@@ -242,7 +242,8 @@ class SenderPart(ProtocolState):
         if not rec.req_out and (queue or rec.sck - rec.env_lo < (self.config.slots_ahead >> 1)):
             self._request_slots(rec, now)
 
-    def _request_slots(self, rec: SendRecord, now: float) -> None:
+    def _request_slots(self, rec: SendRecord, now: float) -> bytes | None:
+        """Ask for slots (again); returns the REQSLOTS frame sent (None: nothing wanted)."""
         cfg = self.config
         have = rec.sck - rec.env_lo
         ahead = cfg.slots_ahead
@@ -251,7 +252,7 @@ class SenderPart(ProtocolState):
         want = min(ahead + len(rec.queue) - have, cfg.max_live_slots)
         if want <= 0:
             rec.req_out = False
-            return
+            return None
         end = rec.sck + want
         if end > rec.req_end:
             rec.req_end = end
@@ -261,12 +262,14 @@ class SenderPart(ProtocolState):
             rec.req_tx = 1
         else:
             rec.req_tx += 1
-        self._emit(rec.peer, _REQSLOTS_PACK(_REQSLOTS, rec.sck, want, rec.lowest_in_use(),
-                                            _copy_no(rec.req_tx)))
+        frame = _REQSLOTS_PACK(_REQSLOTS, rec.sck, want, rec.lowest_in_use(),
+                               _copy_no(rec.req_tx))
+        self._emit(rec.peer, frame)
         self.stats.reqslots_sent += 1
         rec.req_sent_at = now
         rec.last_sent = now
         self._schedule(rec, now + rec.path.pto)
+        return frame
 
     def _on_slots(self, src: str, s: int, r: int, n: int, ack_delay_us: int, echo: int,
                   now: float) -> None:
@@ -489,11 +492,22 @@ class SenderPart(ProtocolState):
         self.stats.probe_timeouts += 1
         if path.on_pto():
             self.stats.congestion_events += 1
+        solo: bytes | None = None
         if rec.tokens:
-            self._resend(rec, list(itertools.islice(rec.tokens, PROBE_TOKENS)), now)
+            slots = list(itertools.islice(rec.tokens, PROBE_TOKENS))
+            self._resend(rec, slots, now)
+            solo = rec.tokens[slots[0]][0]  # the oldest: what the rest waits on
         if rec.req_out:
             self.stats.reqslots_retransmits += 1
-            self._request_slots(rec, now)
+            req = self._request_slots(rec, now)
+            if not rec.tokens:
+                solo = req
+        if solo is not None:
+            # The probe's oldest token (or its slot request) goes twice, the second copy in
+            # a datagram of its own (RFC 9002 allows two per probe timeout): at 35 % loss
+            # each way a round trip then gets through with p = 0.67 instead of 0.42.
+            self._solo.append((rec.peer, solo))
+            self.stats.probe_copies += 1
         rec.last_sent = now
 
     def _resend(self, rec: SendRecord, slots: list[int], now: float) -> int:
@@ -515,6 +529,20 @@ class SenderPart(ProtocolState):
         path.seq = seq
         self.stats.retransmits += len(slots)
         return nbytes
+
+    def _session_ready(self, peer: str, now: float) -> None:
+        """The secure layer installed a session with ``peer``: what it held for the handshake
+        leaves now. Probe timeouts that expired meanwhile sent nothing (their copies waited in
+        the handshake's queue), so the back-off starts again and the probe timeout runs from
+        now, as for a first transmission: a handshake that took 3 s must not leave the first
+        REQSLOTS on a 2 s back-off."""
+        path = self._paths.get(peer)
+        if path is not None and path.pto_count:
+            path.on_progress()
+        rec = self._sr.get(peer)
+        if rec is not None and rec.alive and (rec.tokens or rec.req_out):
+            rec.last_sent = now
+            self._schedule(rec, now + rec.path.pto)
 
     def _release(self, rec: SendRecord, now: float) -> None:
         """Discard an idle send record, giving back every slot it holds or asked for."""

@@ -97,6 +97,7 @@ class ExonStats:
     retransmits: int = 0
     fast_retransmits: int = 0  # of which declared lost: a later token was acknowledged
     probe_timeouts: int = 0  # probe timeouts expired (each sends a probe or two)
+    probe_copies: int = 0  # probes whose oldest frame went twice (the copy alone)
     congestion_events: int = 0  # window reductions (one per round at most)
     reqslots_sent: int = 0
     reqslots_retransmits: int = 0
@@ -149,6 +150,9 @@ class ExonStats:
     hello_resends: int = 0
     initiate_resends: int = 0
     retries_sent: int = 0  # HELLOs answered with an address token (busy)
+    unauth_shed: int = 0  # handshake datagrams dropped unread: their source's budget or the
+    # RETRY budget was spent (docs/exon-wire.md, "Under load")
+    data_first: int = 0  # sealed datagrams of live sessions taken ahead of others in a batch
     retries_received: int = 0
     token_invalid: int = 0
     cookie_invalid: int = 0  # forged, replayed from another address, or too old
@@ -225,6 +229,8 @@ class ProtocolState:
         self._path_mtu = path_mtu
         self._peer_mds: dict[str, int] = {}
         self._voids_out: set[tuple[str, int]] = set()  # VOIDs queued since the last output
+        #: Frames sent once more in a datagram of their own (a probe's second copy).
+        self._solo: list[tuple[str, bytes]] = []
         # Peer liveness: peers reported PeerUnreachable and not heard since (-> when reported).
         self._unreachable: dict[str, float] = {}
         self._peer_timeout = cfg.peer_timeout_s
@@ -245,7 +251,8 @@ class ProtocolState:
                 entropy, self.stats, self._events, self._path_proven,
                 handshake_rate=cfg.handshake_rate, rekey_after_s=cfg.rekey_after_s,
                 idle_s=cfg.session_idle_s, backoff_cap_s=self._backoff_cap,
-                timeout_s=cfg.rto_initial_s)
+                timeout_s=cfg.rto_initial_s, retry_rate=cfg.retry_rate,
+                on_session=self._session_ready)
 
     @property
     def secure(self) -> SecureLayer | None:
@@ -329,6 +336,9 @@ class ProtocolState:
     def _check_closed(self, now: float) -> None:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
+    def _session_ready(self, peer: str, now: float) -> None:
+        raise NotImplementedError  # (a part of ExonProtocol defines it)
+
     def _check_revoked(self, rec: SendRecord) -> None:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
@@ -347,7 +357,7 @@ class ProtocolState:
     def _release(self, rec: SendRecord, now: float) -> None:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
-    def _request_slots(self, rec: SendRecord, now: float) -> None:
+    def _request_slots(self, rec: SendRecord, now: float) -> bytes | None:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
     def _requeue_partial_head(self, rec: SendRecord, r: int) -> None:

@@ -531,7 +531,8 @@ class Driver:
             readable = self._readable
             now = time.monotonic()
             recv = sock.recvfrom_into
-            feed = proto.receive_datagram
+            batch: list[tuple[bytes, Any]] = []  # handed over whole: live sessions go first
+            take = batch.append
             for i in range(DRAIN_BURST):
                 if i == 1 and leader and not readable(0):
                     # A leader, after one datagram, looks before reading again: a read that
@@ -546,7 +547,9 @@ class Driver:
                 except OSError:
                     self.io_errors += 1  # e.g. ICMP port unreachable surfacing as an error
                     break
-                feed(bytes(view[:n]), addr, now)
+                take((bytes(view[:n]), addr))
+            if batch:
+                proto.receive_datagrams(batch, now)
             proto.handle_timer(now)
             events = self._events
             events.extend(proto.drain_events())

@@ -3,7 +3,6 @@ sealed under a secret only it knows (``docs/exon-wire.md``, "The stateless respo
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import struct
 from collections.abc import Callable
@@ -26,22 +25,36 @@ _INF = float("inf")
 class CookieJar:
     """Seals and opens cookies (``nonce | ChaCha20-Poly1305(secret, e_priv | index | time)``,
     bound to the initiator's address, e and index by the associated data) and makes and
-    checks address tokens (``time | HMAC-SHA-256(secret, address | e | index | time)[:16]``)."""
+    checks address tokens (``time | HMAC-SHA-256(secret, address | e | index | time)[:16]``).
+
+    A forged cookie or token costs one attempt, not one per secret kept: a cookie's first
+    nonce byte names the secret that sealed it (its epoch, modulo 256; the other 11 bytes
+    are random), and a token's time says which secret was current when it was made.
+    """
 
     def __init__(self, entropy: Callable[[int], bytes]) -> None:
         self._entropy = entropy
-        self._secrets: list[bytes] = []
+        self._secrets: list[bytes] = []  # newest first, with the three lists below
+        self._aeads: list[ChaCha20Poly1305] = []
+        self._since: list[float] = []  # when each became current
+        self._epochs: list[int] = []  # its epoch modulo 256 (a cookie's first nonce byte)
+        self._epoch = 0
         self._rotated_at = -_INF
 
     def _current(self, now: float) -> list[bytes]:
         if now - self._rotated_at >= SECRET_ROTATION_S:
-            self._secrets = [self._entropy(32)] + self._secrets[:2]
+            secret = self._entropy(32)
+            self._epoch = (self._epoch + 1) & 0xFF
+            self._secrets = [secret] + self._secrets[:2]
+            self._aeads = [ChaCha20Poly1305(secret)] + self._aeads[:2]
+            self._since = [now] + self._since[:2]
+            self._epochs = [self._epoch] + self._epochs[:2]
             self._rotated_at = now
         return self._secrets
 
     @staticmethod
     def _mac(secret: bytes, bound: bytes, ts: bytes) -> bytes:
-        return ts + hmac.new(secret, bound + ts, hashlib.sha256).digest()[:16]
+        return ts + hmac.digest(secret, bound + ts, "sha256")[:16]
 
     def token(self, bound: bytes, now: float) -> bytes:
         """An address token for ``bound`` (address, e, index)."""
@@ -49,24 +62,34 @@ class CookieJar:
 
     def token_ok(self, token: bytes, bound: bytes, now: float) -> bool:
         (ts,) = _TS.unpack_from(token)
-        return 0 <= now - ts <= COOKIE_LIFETIME_S and any(
-            hmac.compare_digest(token, self._mac(k, bound, token[:8]))
-            for k in self._current(now))
+        if not 0 <= now - ts <= COOKIE_LIFETIME_S:
+            return False
+        secrets = self._current(now)
+        for i, since in enumerate(self._since):
+            if since <= ts:  # the secret current when the token was made
+                return hmac.compare_digest(token, self._mac(secrets[i], bound, token[:8]))
+        return False
 
     def seal(self, e_private: bytes, index: int, bound: bytes, now: float) -> bytes:
         """A cookie carrying the responder's ephemeral key and session index."""
-        nonce = self._entropy(12)
-        return nonce + ChaCha20Poly1305(self._current(now)[0]).encrypt(
-            nonce, _COOKIE_PT.pack(e_private, index, now), bound)
+        self._current(now)
+        nonce = bytes((self._epochs[0],)) + self._entropy(11)
+        return nonce + self._aeads[0].encrypt(nonce, _COOKIE_PT.pack(e_private, index, now),
+                                              bound)
 
     def open(self, cookie: bytes, bound: bytes, now: float) -> tuple[bytes, int, float] | None:
         """``(e_private, index, time made)``, or None: forged, bound to another address or
         handshake, or too old."""
-        for secret in self._current(now):
-            try:
-                opened = ChaCha20Poly1305(secret).decrypt(cookie[:12], cookie[12:], bound)
-            except InvalidTag:
-                continue
-            e_priv, index, made = _COOKIE_PT.unpack(opened)
-            return (e_priv, index, made) if 0 <= now - made <= COOKIE_LIFETIME_S else None
+        self._current(now)
+        if len(cookie) < 12 + _COOKIE_PT.size + 16:
+            return None
+        epoch = cookie[0]
+        for i, e in enumerate(self._epochs):
+            if e == epoch:
+                try:
+                    opened = self._aeads[i].decrypt(cookie[:12], cookie[12:], bound)
+                except InvalidTag:
+                    return None
+                e_priv, index, made = _COOKIE_PT.unpack(opened)
+                return (e_priv, index, made) if 0 <= now - made <= COOKIE_LIFETIME_S else None
         return None

@@ -10,6 +10,7 @@ into what to send, starting a handshake when there is no session yet. Rules and 
 from __future__ import annotations
 
 import heapq
+import ipaddress
 import struct
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -18,6 +19,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 
 from a3m.exon.events import Event, KeyRefused
+from a3m.exon.recovery import UNSAMPLED_STEADY_PTOS
 from a3m.exon.secure import handshake as hs
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
@@ -40,6 +42,13 @@ HANDSHAKE_GIVE_UP_S = COOKIE_LIFETIME_S
 #: have restarted and forgotten it (its datagrams would be refused).
 SILENCE_REHANDSHAKE_S = 1.0
 UNANSWERED_REHANDSHAKE = 4
+#: Before a round trip to the peer is known, HELLO and INITIATE are resent every
+#: ``timeout_s`` this many times before the interval doubles, as Exon's probes before an RTT
+#: sample (recovery.UNSAMPLED_STEADY_PTOS): a handshake needs two datagrams through in one
+#: attempt (p = 0.42 at 35 % loss each way), and with the interval doubling from the first
+#: resend the slowest of 200 simulated first links took 20 s. The packets are small and the
+#: responder's work on them is budgeted (SOURCE_RATE).
+FAST_TRIES = UNSAMPLED_STEADY_PTOS
 #: Path challenges sent before a candidate address is given up.
 CHALLENGE_TRIES = 5
 #: Exon datagrams held per peer while its handshake runs (the oldest is dropped beyond it;
@@ -51,6 +60,18 @@ MAX_QUEUED_BYTES = 1 << 20
 MAX_SESSIONS = 65536
 #: Handshakes this node started and that are still pending, in all.
 MAX_PENDING = 65536
+#: Under load, handshake datagrams (HELLO, INITIATE) a second that one source may make this
+#: node work on (a RETRY, a token or cookie checked, a key exchange), and the burst allowed;
+#: beyond it they are dropped before any cryptography (``unauth_shed``). A source is an IPv4
+#: address or an IPv6 /64, whatever the port (WireGuard's rule): the port costs an attacker
+#: nothing.
+SOURCE_RATE = 100.0
+#: The handshake and RETRY budgets hold this many seconds' worth at most (the burst): a
+#: flood's first moments cost a tenth of a second of key exchanges, not a whole second.
+HANDSHAKE_BURST_S = 0.1
+#: Sources whose budget is tracked at once; beyond, those idle for a second (their budget
+#: full again) are forgotten, and all of them if that is not enough.
+MAX_SOURCES = 4096
 
 _NONCE = struct.Struct(">4xQ").pack
 _SEALED_PACK = p.SEALED_HDR.pack
@@ -92,6 +113,20 @@ def _addr_bytes(addr: Address) -> bytes:
     return repr(addr).encode()
 
 
+def source_of(addr: Address) -> Hashable:
+    """The source an address counts as for the per-source budgets: an IPv4 address, an
+    IPv6 /64 (a host's usual share), whatever the port; any other address as it is."""
+    if isinstance(addr, tuple) and addr and isinstance(addr[0], str):
+        host: str = addr[0]
+        if ":" not in host:
+            return host
+        try:
+            return ipaddress.IPv6Address(host.split("%", 1)[0]).packed[:8]
+        except ValueError:
+            return host
+    return addr
+
+
 class SecureLayer:
     """Sessions with peers, the handshakes that make them, and the paths they use.
 
@@ -103,7 +138,9 @@ class SecureLayer:
                  entropy: Callable[[int], bytes], stats: Any, events: deque[Event],
                  on_path: Callable[[str, Address], None], handshake_rate: float = 1000.0,
                  rekey_after_s: float = 120.0, idle_s: float = 120.0,
-                 backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
+                 backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S,
+                 retry_rate: float = 2000.0,
+                 on_session: Callable[[str, float], None] | None = None) -> None:
         self.id = node_id
         self.key = key
         self.trust = trust
@@ -111,10 +148,24 @@ class SecureLayer:
         self.stats = stats
         self._events = events
         self._on_path = on_path
+        #: ``on_session(peer, now)``: a session with ``peer`` was installed and what waited
+        #: for it leaves now (Exon restarts its probe timeouts: nothing had left before).
+        self._on_session = on_session
         self.incarnation = int.from_bytes(entropy(8), "big")
         self._rate = handshake_rate
-        self._bucket = handshake_rate
+        # HELLOs without a token, metered: each takes one (answered or not), down to a debt
+        # of a second's worth; a key exchange only while one is left. A flood past the rate
+        # keeps it in debt, so a sustained flood gets no key exchange at all.
+        self._bucket = handshake_rate * HANDSHAKE_BURST_S
         self._bucket_at = -INF
+        self._retry_rate = retry_rate
+        self._retries = retry_rate * HANDSHAKE_BURST_S  # RETRYs a second, in all
+        self._retries_at = -INF
+        self._sources: dict[Hashable, list[float]] = {}  # source -> [budget left, when]
+        # HELLOs and INITIATEs, metered as the bucket above but over a second's burst: in
+        # debt, the node is under load and the per-source budgets apply.
+        self._load = handshake_rate
+        self._load_at = -INF
         self._rekey_after = rekey_after_s
         self._idle = idle_s
         self._backoff_cap = backoff_cap_s
@@ -134,6 +185,15 @@ class SecureLayer:
 
     def session_count(self) -> int:
         return len(self._by_index)
+
+    def sessions_by_index(self) -> dict[int, Session]:
+        """The live sessions by the index datagrams under them carry (read it, never change
+        it): what ``ExonProtocol.receive_datagrams`` looks up to take them first."""
+        return self._by_index
+
+    def source_count(self) -> int:
+        """Sources whose handshake budget is being tracked (bounded by MAX_SOURCES)."""
+        return len(self._sources)
 
     def pending_count(self) -> int:
         return len(self._pending)
@@ -340,6 +400,37 @@ class SecureLayer:
         self._arm(init, now + self._timeout)
         return init
 
+    def _source_ok(self, addr: Address, now: float) -> bool:
+        """Under load, take one from the budget of the source ``addr`` counts as (False: it
+        is spent; counted ``unauth_shed``). Under load: more HELLOs and INITIATEs than
+        ``handshake_rate`` a second, over about a second (WireGuard limits per source only
+        under load too: a hundred nodes behind one address starting at once are not load)."""
+        rate = self._rate
+        load = min(rate, self._load + (now - self._load_at) * rate)
+        self._load_at = now
+        self._load = max(-rate, load - 1.0)
+        if load >= 1.0:
+            return True
+        key = source_of(addr)
+        sources = self._sources
+        b = sources.get(key)
+        if b is None:
+            if len(sources) >= MAX_SOURCES:
+                for k in [k for k, v in sources.items() if now - v[1] >= 1.0]:
+                    del sources[k]
+                if len(sources) >= MAX_SOURCES:
+                    sources.clear()
+            sources[key] = [SOURCE_RATE - 1.0, now]
+            return True
+        left = min(SOURCE_RATE, b[0] + (now - b[1]) * SOURCE_RATE)
+        b[1] = now
+        if left < 1.0:
+            b[0] = left
+            self.stats.unauth_shed += 1
+            return False
+        b[0] = left - 1.0
+        return True
+
     def _on_hello(self, data: bytes | memoryview, addr: Address, now: float) -> None:
         st = self.stats
         if len(data) < p.HELLO_SIZE:
@@ -349,25 +440,42 @@ class SecureLayer:
         if tlen not in (0, p.TOKEN_BYTES):
             st.malformed += 1
             return
+        if not self._source_ok(addr, now):
+            return
+        busy = False
+        if not tlen:
+            rate = self._rate
+            left = min(rate * HANDSHAKE_BURST_S, self._bucket + (now - self._bucket_at) * rate)
+            self._bucket_at = now
+            self._bucket = max(-rate, left - 1.0)
+            if left < 1.0:
+                # Busy: prove your address first (a RETRY is smaller than the HELLO), as
+                # many as the RETRY budget allows; beyond it, nothing at all.
+                r = self._retry_rate
+                retries = min(r * HANDSHAKE_BURST_S,
+                              self._retries + (now - self._retries_at) * r)
+                self._retries_at = now
+                if retries < 1.0:
+                    self._retries = retries
+                    st.unauth_shed += 1
+                    return
+                self._retries = retries - 1.0
+                busy = True
         at = 3 + tlen
         e_i = bytes(data[at:at + KEY_BYTES])
         index_b = bytes(data[at + KEY_BYTES:at + KEY_BYTES + 4])
         bound = _addr_bytes(addr) + e_i + index_b
         if tlen:
+            # The address is proven (or the token forged): only the source's budget applies.
             if not self._jar.token_ok(bytes(data[3:at]), bound, now):
                 st.token_invalid += 1
                 return
-        else:
-            self._bucket = min(self._rate, self._bucket + (now - self._bucket_at) * self._rate)
-            self._bucket_at = now
-            if self._bucket < 1.0:
-                # Busy: prove your address first (a RETRY is smaller than the HELLO).
-                st.retries_sent += 1
-                token = self._jar.token(bound, now)
-                self._control.append((p.RETRY_HDR.pack(p.VERSION, p.RETRY,
-                                                       *hs.INDEX.unpack(index_b)) + token, addr))
-                return
-            self._bucket -= 1.0
+        elif busy:
+            st.retries_sent += 1
+            token = self._jar.token(bound, now)
+            self._control.append((p.RETRY_HDR.pack(p.VERSION, p.RETRY,
+                                                   *hs.INDEX.unpack(index_b)) + token, addr))
+            return
         if len(self._by_index) >= MAX_SESSIONS:
             st.sessions_full += 1
             return
@@ -433,6 +541,8 @@ class SecureLayer:
         self._arm(s, now + self._timeout)
         for plain in init.queue:
             self._control.append((self._seal(s, p.DATA, plain, now), s.addr))
+        if self._on_session is not None:
+            self._on_session(s.peer, now)
         if addr != s.addr:
             self._moved(s, addr, True, len(data), now)
 
@@ -441,6 +551,8 @@ class SecureLayer:
         head = p.INITIATE_HDR.size
         if len(data) < head + KEY_BYTES + hs.COOKIE_BYTES:
             st.truncated += 1
+            return
+        if not self._source_ok(addr, now):
             return
         _, _, index_i = p.INITIATE_HDR.unpack_from(data)
         e_i = bytes(data[head:head + KEY_BYTES])
@@ -485,6 +597,8 @@ class SecureLayer:
         self._install(s, now)
         # Confirm at once: the initiator resends INITIATE until something opens under it.
         self._control.append((self._seal(s, p.DATA, b"", now), addr))
+        if self._on_session is not None:
+            self._on_session(peer, now)
 
     def _remember(self, e_i: bytes, s: Session, now: float) -> None:
         done = self._completed
@@ -530,6 +644,14 @@ class SecureLayer:
         if self._previous.get(s.peer) is s:
             del self._previous[s.peer]
 
+    def _resend_after(self, tries: int) -> float:
+        """The wait before resend number ``tries`` (1 = the first resend) of HELLO or
+        INITIATE: ``timeout_s`` for FAST_TRIES resends, then doubling up to the cap."""
+        if tries <= FAST_TRIES:
+            return self._timeout
+        wait: float = self._timeout * (1 << min(tries - FAST_TRIES, 16))
+        return min(wait, self._backoff_cap)
+
     # ------------------------------------------------------------------ timers
 
     def _arm(self, obj: Session | _Initiation, t: float) -> None:
@@ -561,9 +683,8 @@ class SecureLayer:
             return
         self.stats.hello_resends += 1
         self._control.append((init.hello(), init.addr))
+        self._arm(init, now + self._resend_after(init.tries))
         init.tries += 1
-        self._arm(init, now + min(self._timeout * 2 ** (init.tries - 1),
-                                  self._backoff_cap))
 
     def _session_timer(self, s: Session, now: float) -> None:
         expiry = min(s.reject_at,
@@ -581,8 +702,7 @@ class SecureLayer:
             s.initiate_tries += 1
             self.stats.initiate_resends += 1
             self._control.append((s.initiate, s.addr))
-            nxt = min(nxt, now + min(self._timeout * 2 ** s.initiate_tries,
-                                     self._backoff_cap))
+            nxt = min(nxt, now + self._resend_after(s.initiate_tries + 1))
         elif s.candidate is not None:
             if s.challenge_tries >= CHALLENGE_TRIES:
                 s.candidate = None
