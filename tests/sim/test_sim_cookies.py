@@ -203,3 +203,41 @@ def test_cookies_cost_nothing_when_unused_and_fan_out_gives_one_per_member() -> 
     assert sorted((c.peer.node, c.outcome) for c in outcomes) == [
         ("s1", DELIVERED), ("s2", DELIVERED), ("s3", NOT_DELIVERED)]
     assert {c.value for c in outcomes} == {"c1"}
+
+
+def test_a_restarted_peer_ends_the_links_at_its_first_handshake() -> None:
+    """No keepalive: the receiver takes nothing, crashes and comes back under the same id;
+    its first handshake names a new incarnation (Exon's PeerRestarted), so the sender ends
+    its link at once and every cookie of it is UNKNOWN, long before any PING could tell."""
+    net = Network(seed_from_env(31), LinkModel(loss=0.1, reorder=0.2))
+    rng = Random(net.seed)
+    a = NodeHost("a", Random(rng.random()), CFG)
+    net.add("a", a)
+    b = Receiver(net, rng)
+    b.host.app = None  # it takes nothing
+    a.proto.associate("b", net.address["b"])
+    a.core.create("PULL", "hello")
+    push = a.core.create("PUSH", "src", capacity=16, keepalive_s=0.0)
+    push.link(("b", "sink"), 0.0)
+    net.flush("a")
+    net.run_until(lambda: push.is_linked(), max_time=60, what="link")
+    for i in range(10):
+        assert push.try_send(b"%d" % i, cookie=i)
+    net.flush("a")
+    net.run_until(lambda: not a.proto.in_flight(), max_time=60, what="acknowledged")
+    net.run_for(2.0)
+    b.crash_restart()
+    b.host.app = None
+    hello = b.host.core.create("PUSH", "out")
+    hello.link(("a", "hello"), net.now)  # the new incarnation's first words to a
+    net.flush("b")
+    restarted_at = net.now
+    got: list[Cookie] = []
+
+    def known() -> bool:
+        got.extend(push.take_cookies(100))
+        return len(got) == 10
+
+    net.run_until(known, max_time=restarted_at + 30, what="outcomes after the restart")
+    assert a.bridge.peers_restarted == 1
+    assert {c.outcome for c in got} == {UNKNOWN}

@@ -16,6 +16,7 @@ from a3m.exon.events import (
     NotDelivered,
     OutcomeUnknown,
     PeerReachable,
+    PeerRestarted,
     PeerUnreachable,
 )
 from a3m.exon.protocol import ExonProtocol
@@ -39,6 +40,7 @@ class ExonBridge:
         self.outbox: deque[tuple[str, bytes]] = deque()
         self.peers_unreachable = 0  # PeerUnreachable events handled (links ended)
         self.peers_reachable = 0
+        self.peers_restarted = 0  # PeerRestarted events handled (links ended)
 
     def on_events(self, events: deque[Event], now: float) -> None:
         """Handle ``events``, taking each one off the deque before handling it: when a handler
@@ -61,6 +63,11 @@ class ExonBridge:
                     events.extend(proto.drain_events())  # what abandon() reported
                 elif type(ev) is PeerReachable:
                     self.peers_reachable += 1
+                elif type(ev) is PeerRestarted:
+                    # Its links are gone there: end ours now (their cookies' outcomes with
+                    # them; links this side initiated link again), not at the next PING.
+                    self.peers_restarted += 1
+                    core.peer_lost(ev.peer, now)
                 elif type(ev) is KeyRefused and self.on_key_refused is not None:
                     self.on_key_refused(ev.peer, ev.key)
         finally:

@@ -17,6 +17,7 @@ from a3m.exon.events import (
     NotDelivered,
     OutcomeUnknown,
     PeerReachable,
+    PeerRestarted,
     PeerUnreachable,
     ReceiptReady,
     Writable,
@@ -25,7 +26,8 @@ from a3m.exon.protocol import ExonProtocol, ExonStats
 
 __all__ = [
     "ClockStore", "Delivered", "Endpoint", "Event", "ExonConfig", "ExonProtocol", "ExonStats",
-    "MemoryClockStore", "NotDelivered", "OutcomeUnknown", "PeerReachable", "PeerUnreachable",
+    "MemoryClockStore", "NotDelivered", "OutcomeUnknown", "PeerReachable", "PeerRestarted",
+    "PeerUnreachable",
     "ReceiptReady", "StaticDiscovery", "Writable",
 ]
 

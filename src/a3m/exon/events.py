@@ -82,6 +82,16 @@ class PeerReachable(Event):
 
 
 @dataclass(slots=True, eq=True)
+class PeerRestarted(Event):
+    """Node ``peer`` came back as a new incarnation: its handshake names another incarnation
+    than the session it replaces (secure associations only). Nothing of its earlier state
+    (links, queues) survives there; what Exon still held for the old one follows the restart
+    rules (VOID, :class:`OutcomeUnknown`)."""
+
+    peer: str
+
+
+@dataclass(slots=True, eq=True)
 class KeyRefused(Event):
     """A handshake as ``peer`` was refused: ``key`` is not the key pinned for it, or not the one
     it was first seen with (trust on first use), or it is unknown in strict trust mode. Nothing

@@ -166,6 +166,7 @@ class Node:
                     "lost_messages": self._core.lost_messages,
                     "peers_unreachable": self._bridge.peers_unreachable,
                     "peers_reachable": self._bridge.peers_reachable,
+                    "peers_restarted": self._bridge.peers_restarted,
                     "io_errors": drv.io_errors, "loop_errors": drv.loop_errors,
                     "event_errors": drv.event_errors}
 

@@ -267,7 +267,10 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
                     topic = row["topic"]
                     kw["topic"] = (topic.encode() if isinstance(topic, str)
                                    else bytes(topic or b""))
-                sock.send(bytes(payload), timeout=self.timeout, **kw)
+                if self.confirm:
+                    self._send_watching(sock, bytes(payload), kw, attempt, outcomes)
+                else:
+                    sock.send(bytes(payload), timeout=self.timeout, **kw)
                 sent += 1
                 if self.confirm and sent % 256 == 0:
                     self._outcomes(sock, attempt, outcomes, 0.0)  # a failure ends it early
@@ -292,6 +295,25 @@ class A3MStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
             raise
         ledger.mark(batch_id, partition, sent)
         return SinkCommit(batch_id, partition, sent - skip, False)
+
+    def _send_watching(self, sock: Any, payload: bytes, kw: dict[str, Any], attempt: str,
+                       outcomes: dict[int, int]) -> None:
+        """Send one row (``timeout``), looking at the outcomes while the send waits: a row
+        not delivered fails the task at once, not after the wait (its link may be gone)."""
+        import time
+
+        import a3m
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                sock.send(payload, timeout=min(0.5, max(0.0, deadline - time.monotonic())),
+                          **kw)
+                return
+            except (a3m.Timeout, a3m.WouldBlock):
+                self._outcomes(sock, attempt, outcomes, 0.0)
+                if time.monotonic() >= deadline:
+                    raise
 
     def _copies(self) -> int:
         """DELIVERED outcomes a row needs: one per peer for PUB, one for PUSH."""

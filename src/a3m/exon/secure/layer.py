@@ -18,7 +18,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 
-from a3m.exon.events import Event, KeyRefused
+from a3m.exon.events import Event, KeyRefused, PeerRestarted
 from a3m.exon.recovery import UNSAMPLED_STEADY_PTOS
 from a3m.exon.secure import handshake as hs
 from a3m.exon.secure import packets as p
@@ -623,6 +623,7 @@ class SecureLayer:
             if old.incarnation != s.incarnation:
                 self._drop(old)  # the peer restarted: nothing of its past opens any more
                 self.stats.peer_restarts += 1
+                self._events.append(PeerRestarted(peer))
             else:
                 self._previous[peer] = old
         self._current[peer] = s
