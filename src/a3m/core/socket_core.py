@@ -124,6 +124,8 @@ class SocketCore:
         #: took, link, sequence number); the runtime reports each (:meth:`taken_ahead`)
         #: once the application took it from its inbox.
         self.ahead_flags: list[tuple[int, Link, int]] = []
+        #: Positions in :attr:`ahead_flags` count from this (the runtime's inbox count).
+        self.ahead_base = 0
         self.links: dict[PeerId, Link] = {}
         self.orphans: deque[Received] = deque()  # delivered on links that have since closed
         self.refusals: dict[PeerId, int] = {}  # last refusal per peer (for wait_linked)
@@ -498,7 +500,7 @@ class SocketCore:
         flags = self.ahead_flags
         while q and q[0][0] <= end:
             index, s = q.popleft()
-            flags.append((offset + index - base - 1, link, s))
+            flags.append((self.ahead_base + offset + index - base - 1, link, s))
             link.ahead += 1
 
     def taken_ahead(self, link: Link, seq: int, taken: bool = True) -> None:
@@ -511,6 +513,13 @@ class SocketCore:
                              and link not in self._late)
         elif len(link.taken_out) + len(link.dropped_out) == 1:
             self.node.cork_taken(self, link)
+
+    def taken_ahead_many(self, flags: list[tuple[int, Link, int]], start: int, end: int,
+                         taken: bool = True) -> None:
+        """:meth:`taken_ahead` for ``flags[start:end]``."""
+        for i in range(start, end):
+            _, link, seq = flags[i]
+            self.taken_ahead(link, seq, taken)
 
     def not_taken(self, link: Link) -> None:
         """The message just taken from ``link`` (:meth:`next_from_links`) was not given to

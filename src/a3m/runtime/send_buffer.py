@@ -33,8 +33,11 @@ class SendBuffer(Generic[_T]):
         with self._lock:
             if self.room > 0:
                 self.room -= 1
-                if mark is not None or self.marks is not None:
-                    self._mark([mark])
+                marks = self.marks
+                if mark is not None and marks is None:
+                    marks = self.marks = [None] * len(self.items)
+                if marks is not None:
+                    marks.append(mark)
                 self.items.append(item)
                 return True
         return False

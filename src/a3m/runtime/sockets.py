@@ -9,10 +9,12 @@ own (docs/design.md, "Runtimes"); the node's I/O turn drains the buffers
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from a3m.core import message as m
@@ -46,6 +48,7 @@ class Owner(Protocol):
 POLLIN = 1
 POLLOUT = 2
 POLLCOOKIE = 4  # outcomes of messages sent with a cookie are ready (recv_cookie)
+_first = itemgetter(0)
 
 #: Most sends a socket's buffer takes between two turns of the I/O thread.
 SEND_BUFFER = 1024
@@ -118,7 +121,8 @@ class Socket:
         #: Messages ever put in the inbox, and the flagged ones (sent with a cookie) among
         #: them, by that count: the application took one once fewer remain than its count.
         self._put = 0
-        self._flags: deque[tuple[int, Any, int]] = deque()
+        self._flags: list[tuple[int, Any, int]] = []
+        self._flags_done = 0  # those before it were reported
 
     # ------------------------------------------------------------------ links
 
@@ -322,34 +326,37 @@ class Socket:
             self._report()
         if not inbox:
             core = self._core
+            core.ahead_base = self._put  # (the inbox is empty: every count below was taken)
             for peer, _, payloads in core.try_recv_runs(PREFETCH, True):
                 inbox.extend(zip(payloads, repeat(peer)))
                 self._put += len(payloads)
-            if core.ahead_flags:
-                self._read_ahead(self._put - len(inbox))
+            if core.ahead_flags:  # flagged messages wait to be reported when taken
+                self._flags += core.ahead_flags
+                core.ahead_flags.clear()
+                self.node._reading_ahead.add(self)  # (the node's turns look too)
         try:
             return inbox.popleft()
         except IndexError:
             return None
 
-    def _read_ahead(self, base: int) -> None:
-        """Under the node's lock: the flagged messages just put in the inbox from count
-        ``base`` on wait there to be reported when taken (the node's turns look)."""
-        core = self._core
-        self._flags.extend((base + pos, link, s) for pos, link, s in core.ahead_flags)
-        core.ahead_flags.clear()
-        self.node._reading_ahead.add(self)
-
     def _report(self) -> bool:
         """Under the node's lock: report the flagged messages the application took from the
         inbox since; True while some still wait there."""
         flags = self._flags
+        done = self._flags_done
         taken = self._put - len(self._inbox)  # (pops only lower the length: never early)
-        core = self._core
-        while flags and flags[0][0] < taken:
-            core.taken_ahead(flags[0][1], flags.popleft()[2])
-        if not flags:
+        upto = bisect_left(flags, taken, lo=done, key=_first)
+        if upto > done:
+            self._core.taken_ahead_many(flags, done, upto)
+            done = upto
+        if done == len(flags):
+            flags.clear()
+            done = 0
             self.node._reading_ahead.discard(self)
+        elif done > 4096:
+            del flags[:done]
+            done = 0
+        self._flags_done = done
         return bool(flags)
 
     def _from_inbox(self, max_items: int) -> list[tuple[bytes, tuple[str, str]]]:
@@ -475,14 +482,15 @@ class Socket:
             return
         inbox = self._inbox
         first = self._put - len(inbox)
-        gone = {at - first for at, _, _ in self._flags}
+        left = self._flags[self._flags_done:]
+        gone = {at - first for at, _, _ in left}
         kept = [x for i, x in enumerate(inbox) if i not in gone]
         inbox.clear()
         inbox.extend(kept)
         self._put = first + len(kept)
-        while self._flags:
-            _, link, s = self._flags.popleft()
-            self._core.taken_ahead(link, s, taken=False)
+        self._core.taken_ahead_many(left, 0, len(left), taken=False)
+        self._flags.clear()
+        self._flags_done = 0
         self.node._reading_ahead.discard(self)
 
     def _hand_on(self, items: list[bytes], cookies: list[Any] | None) -> int:
