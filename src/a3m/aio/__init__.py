@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -225,7 +226,7 @@ class Socket:
                 rest = items[sent:]
                 try:
                     sent += await self.node._retry(
-                        lambda: sync.send_many(rest, 0, **kw), left,
+                        partial(sync.send_many, rest, 0, **kw), left,
                         f"send_many on {self.id.tag!r}", self._refused)
                 except (Timeout, WouldBlock):
                     if sent:
