@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from functools import partial
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, TypeVar
 
 from a3m.aio.driver import LoopDriver
