@@ -96,6 +96,8 @@ class LoopDriver:
         self.event_errors = 0
         self.turns = 0  # (diagnostics)
         self._nudge_at = time.monotonic() + MAX_SLEEP_S
+        #: The threaded driver that took the linger over after a clean close (see linger).
+        self.lingerer: Driver | None = None
         where = parse_bind(bind)
         end_lingering(proto.id, where[1])
         self._sock = open_udp(where)
@@ -299,8 +301,9 @@ class LoopDriver:
         """After a clean close: a threaded driver takes the socket and the protocol and
         answers the peers until ``proto.is_finished()`` (``Driver.linger``)."""
         if self._detach():
-            Driver(self.proto, self.address, _drop_events, name=f"{self.name}-linger",
-                   sock=self._sock).linger()
+            self.lingerer = Driver(self.proto, self.address, _drop_events,
+                                   name=f"{self.name}-linger", sock=self._sock)
+            self.lingerer.linger()
 
     def stop(self) -> None:
         """Leave the loop and close the socket (idempotent)."""
