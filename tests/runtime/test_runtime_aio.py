@@ -371,7 +371,7 @@ def test_a_failing_hook_is_counted_and_loses_nothing_else_of_its_turn() -> None:
                     await push.send(p, timeout=OP_S)
                 await asyncio.sleep(0.2)
             finally:
-                drv.loop.add_reader(drv._sock.fileno(), drv._turn)
+                drv.loop.add_reader(drv._sock.fileno(), drv._on_readable)
             assert [await pull.recv(timeout=OP_S) for _ in range(4)] == [b"1", b"2", b"3", b"4"]
             assert y.stats["event_errors"] == 1 and y.stats["loop_errors"] == 0
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import select
 import threading
 import time
 from collections import deque
@@ -40,12 +42,14 @@ from a3m.runtime.driver import (
     Driver,
     EventHandler,
     _drop_events,
+    _readable,
     dispatch_events,
     end_lingering,
     open_udp,
     parse_bind,
     udp_drops,
 )
+from a3m.runtime.poll_choice import PollChoice
 
 log = logging.getLogger("a3m.aio")
 
@@ -66,7 +70,8 @@ class LoopDriver:
                  on_events: EventHandler, name: str = "a3m-aio",
                  upper_timer: Callable[[], float | None] | None = None,
                  on_turn: Callable[[float], None] | None = None,
-                 upper_output: Callable[[], bool] | None = None) -> None:
+                 upper_output: Callable[[], bool] | None = None,
+                 busy_poll_s: float = 0.0) -> None:
         try:
             self.loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -98,11 +103,31 @@ class LoopDriver:
         self._nudge_at = time.monotonic() + MAX_SLEEP_S
         #: The threaded driver that took the linger over after a clean close (see linger).
         self.lingerer: Driver | None = None
+        # Busy poll (ExonConfig.busy_poll_s, as the threaded driver's leader): after a request
+        # or a reply left, while a coroutine waits and nothing else is ready, look whether any
+        # file of the loop is readable for up to the budget before the loop sleeps (an idle
+        # CPU takes tens of microseconds to wake). Only on asyncio's selector loops, whose
+        # epoll file says "something of the loop is ready" and whose queue says "nothing
+        # else to run"; the choice is learnt per driver (PollChoice), as the leader's is.
+        self._busy_poll_s = busy_poll_s
+        self._poll_choice = PollChoice(busy_poll_s)
+        self._loop_ready: Any = getattr(self.loop, "_ready", None)
+        self._any_ready: Callable[[int], list[Any]] | None = None
+        selector = getattr(self.loop, "_selector", None)
+        if busy_poll_s > 0 and self._loop_ready is not None and selector is not None:
+            poller = select.poll()
+            poller.register(selector.fileno(), select.POLLIN)
+            self._any_ready = poller.poll
+        self._poll_soon = False
+        self._wait_t0 = 0.0  # a wait for input began (perf_counter), 0: none measured
+        self._wait_polled = False
+        self.poll_hits = 0  # polls that input ended (diagnostics)
         where = parse_bind(bind)
         end_lingering(proto.id, where[1])
         self._sock = open_udp(where)
         self.port = self._sock.getsockname()[1]
-        self.loop.add_reader(self._sock.fileno(), self._turn)
+        self._readable = _readable(self._sock)
+        self.loop.add_reader(self._sock.fileno(), self._on_readable)
         self._arm()
 
     # ------------------------------------------------------------------ the Driver interface
@@ -159,6 +184,10 @@ class LoopDriver:
             t = self._deadline()
             if t is not None and t < self._timer_at:
                 self.wake_by(t)
+            if self._any_ready is not None and not self._poll_soon \
+                    and threading.get_ident() == self._tid:
+                self._poll_soon = True  # the answer may come soon: see _poll
+                self.loop.call_soon(self._poll)
 
     def notify_all(self) -> None:
         """Something changed: wake the coroutines (and worker threads) that wait."""
@@ -202,7 +231,8 @@ class LoopDriver:
             self.loop.remove_reader(old.fileno())
             self._sock = new
             self.port = new.getsockname()[1]
-            self.loop.add_reader(new.fileno(), self._turn)
+            self._readable = _readable(new)
+            self.loop.add_reader(new.fileno(), self._on_readable)
             self.proto.announce(time.monotonic())
             self.wake()
         old.close()
@@ -326,6 +356,30 @@ class LoopDriver:
             if not fut.done():
                 fut.set_result(None)
 
+    def _poll(self) -> None:
+        """After a request or a reply left: when a coroutine waits for the network and the
+        loop has nothing else to run, poll the loop's files for up to ``busy_poll_s``
+        (``PollChoice`` may choose to sleep instead). Input for any of them ends it; the
+        loop's next select then finds it at once."""
+        self._poll_soon = False
+        if not self._futures or self._loop_ready or not self._running:
+            return
+        polled = self._poll_choice.poll_next()
+        t0 = time.perf_counter()
+        self._wait_t0, self._wait_polled = t0, polled
+        any_ready = self._any_ready
+        if not polled or any_ready is None:
+            return
+        end = t0 + self._busy_poll_s
+        clock = time.perf_counter
+        while True:
+            if any_ready(0):
+                self.poll_hits += 1
+                return
+            if clock() >= end:
+                return
+            os.sched_yield()  # a peer on this CPU runs now
+
     def _schedule_soon(self) -> None:
         if not self._soon and self._running:
             self._soon = True
@@ -333,12 +387,21 @@ class LoopDriver:
 
     def _soon_turn(self) -> None:
         self._soon = False
-        self._turn()
+        self._turn(False)
 
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = _INF
-        self._turn()
+        now = time.monotonic()
+        if now < self._nudge_at and not self.proto.has_output():
+            t = self._deadline()
+            if t is not None and t > now:  # early: the deadline moved later (lazy timer)
+                self._arm_at(t)
+                return
+        self._turn(False)
+
+    def _on_readable(self) -> None:
+        self._turn(True)
 
     def _deadline(self) -> float | None:
         deadline = self.proto.next_timer()
@@ -375,8 +438,11 @@ class LoopDriver:
             except OSError:  # a full kernel buffer (the timer retransmits), ICMP errors
                 self.io_errors += 1
 
-    def _turn(self) -> None:
-        """Read what waits, run timers, handle events, send: one turn, on the loop."""
+    def _turn(self, readable: bool) -> None:
+        """Read what waits, run timers, handle events, send: one turn, on the loop.
+        ``readable``: the reader callback's turn (a datagram waits); other turns look
+        before they read, and every turn looks before a second read: a read that finds
+        nothing costs a system call and a raised exception."""
         if not self._running:
             return
         proto = self.proto
@@ -388,7 +454,10 @@ class LoopDriver:
                 recv = self._sock.recvfrom_into
                 feed = proto.receive_datagram
                 now = time.monotonic()
-                for _ in range(DRAIN_BURST):
+                look = self._readable
+                for i in range(DRAIN_BURST):
+                    if (i == 1 or (i == 0 and not readable)) and not look(0):
+                        break
                     try:
                         n, addr = recv(buf)
                     except (BlockingIOError, InterruptedError):
@@ -396,6 +465,10 @@ class LoopDriver:
                     except OSError:
                         self.io_errors += 1  # e.g. ICMP port unreachable surfacing
                         break
+                    if i == 0 and self._wait_t0:  # the input a measured wait waited for
+                        self._poll_choice.record(self._wait_polled,
+                                                 time.perf_counter() - self._wait_t0)
+                        self._wait_t0 = 0.0
                     feed(bytes(view[:n]), addr, now)
                 proto.handle_timer(now)
                 events = self._events

@@ -43,7 +43,7 @@ class LoopNode(Node):
             self, bind: str | tuple[str, int], config: ExonConfig) -> LoopDriver:
         return LoopDriver(self._proto, bind, self._bridge.on_events, name=f"a3m-aio-{self.id}",
                           upper_timer=self._upper_deadline, on_turn=self._on_turn,
-                          upper_output=self._upper_output)
+                          upper_output=self._upper_output, busy_poll_s=config.busy_poll_s)
 
     async def close_socket(self, sock: Socket, timeout: float | None) -> bool:
         """``Socket.close`` awaited."""
