@@ -450,3 +450,31 @@ def test_on_uvloop_when_the_application_chose_it() -> None:
                 assert await req.recv(timeout=OP_S) == b"q%d" % i
 
     uvloop.run(asyncio.wait_for(main(), TEST_S))
+
+
+@pytest.mark.parametrize("busy_poll_s", [200e-6, 0.0])
+def test_busy_poll_is_used_for_round_trips_and_can_be_turned_off(busy_poll_s: float) -> None:
+    """After a request or a reply left, a waiting coroutine's loop polls before it sleeps
+    (counted in poll_hits); ``busy_poll_s=0`` turns that off."""
+    async def main() -> None:
+        async with a3m.aio.Node("px", busy_poll_s=busy_poll_s) as x, \
+                a3m.aio.Node("py", busy_poll_s=busy_poll_s) as y:
+            x.associate(y.id, y.address)
+            rep = y.socket(a3m.REP, "rep")
+            req = x.socket(a3m.REQ, "req")
+            req.link(rep.id)
+            assert await req.wait_linked(timeout=OP_S)
+
+            async def serve() -> None:
+                for _ in range(200):
+                    await rep.send(await rep.recv(timeout=OP_S), timeout=OP_S)
+
+            server = asyncio.ensure_future(serve())
+            for i in range(200):
+                await req.send(b"%d" % i, timeout=OP_S)
+                assert await req.recv(timeout=OP_S) == b"%d" % i
+            await server
+            hits = x.sync._driver.poll_hits + y.sync._driver.poll_hits
+            assert hits > 0 if busy_poll_s else hits == 0
+
+    run(main)
