@@ -3,7 +3,7 @@
 The loop is aioquic's: the socket's reader callback (``loop.add_reader``) drains every readable
 datagram in a burst (``recvfrom_into`` until it would block, as the threaded driver does), runs
 due timers, hands events to the layer above and sends what the protocol batched; the one
-protocol timer is a ``loop.call_later`` handle. The sans-I/O cores are called in the loop's
+protocol timer is a ``loop.call_at`` handle. The sans-I/O cores are called in the loop's
 own thread: no thread hand-off and no wake-up pipe on the hot path. A coroutine that waits
 (``a3m.aio``) awaits a future that the turn resolves when something changed (``notify_all``).
 
@@ -418,7 +418,9 @@ class LoopDriver:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = t
-        self._timer = self.loop.call_later(max(0.0, t - time.monotonic()), self._on_timer)
+        loop = self.loop  # (its clock may not be time.monotonic: uvloop's is not)
+        self._timer = loop.call_at(loop.time() + max(0.0, t - time.monotonic()),
+                                   self._on_timer)
 
     def _arm(self) -> None:
         """After a turn: the next one when the protocol or the node needs it, and within
