@@ -23,6 +23,10 @@ never cancelled half-way); a cancelled ``send_many`` sent the first ``exc.sent``
 its list (the ``CancelledError`` carries the count). So waiting on several sockets is
 ``asyncio.wait`` over their receives, cancelling the ones that did not finish.
 
+A call that can complete at once (a message waiting, a credit free) returns without yielding
+to the loop, as ``asyncio.Queue.get`` does: a coroutine that calls one in a loop without
+ever waiting should ``await asyncio.sleep(0)`` now and then, or it holds the loop.
+
 The blocking calls of the same node stay usable from worker threads (``sock.sync.recv`` in
 ``asyncio.to_thread``); on the loop's thread they raise ``UsageError`` rather than stall it.
 """
