@@ -2,8 +2,10 @@
 
 A sender process blasts N datagrams of SIZE bytes at a receiver process that drains them with
 one of: a thread on a blocking socket (recv_into), a thread on a non-blocking socket woken by
-select (our driver's loop), the asyncio default loop, uvloop. Prints one JSON line per loop:
-datagrams received and rate. Usage: python bench/ioloop.py [N] [SIZE]
+select (our driver's loop), the asyncio default loop, uvloop (a DatagramProtocol: one callback
+per datagram), and both loops with a reader callback that drains the socket in bursts
+(a3m.aio's driver). Prints one JSON line per loop: datagrams received and rate.
+Usage: python bench/ioloop.py [N] [SIZE] [KIND,KIND...]
 """
 
 from __future__ import annotations
@@ -92,6 +94,48 @@ def with_asyncio(s: socket.socket, n: int, uv: bool) -> tuple[int, float, float]
     return p.got, p.t0, p.last
 
 
+def reader_burst(s: socket.socket, n: int, uv: bool) -> tuple[int, float, float]:
+    """a3m.aio's way: the loop's reader callback drains the socket (``recvfrom_into`` until it
+    would block) instead of one protocol callback per datagram."""
+    buf = bytearray(65536)
+    st = {"got": 0, "t0": 0.0, "last": 0.0}
+
+    def readable() -> None:
+        recv = s.recvfrom_into
+        got = st["got"]
+        for _ in range(512):
+            try:
+                recv(buf)
+            except BlockingIOError:
+                break
+            got += 1
+        st["got"] = got
+        st["last"] = time.perf_counter()
+        st["t0"] = st["t0"] or st["last"]
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        s.setblocking(False)
+        loop.add_reader(s.fileno(), readable)
+        prev = -1
+        waited = 0.0
+        while st["got"] < n and waited < 5:
+            await asyncio.sleep(0.1)
+            waited = waited + 0.1 if st["got"] == prev else 0.0
+            prev = int(st["got"])
+            if st["got"] and waited >= 0.5:
+                break
+        loop.remove_reader(s.fileno())
+
+    if uv:
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+    return int(st["got"]), st["t0"], st["last"]
+
+
 def receiver(kind: str, q: mp.Queue, n: int) -> None:  # type: ignore[type-arg]
     s = _sock()
     q.put(s.getsockname())
@@ -99,6 +143,8 @@ def receiver(kind: str, q: mp.Queue, n: int) -> None:  # type: ignore[type-arg]
         res = blocking(s, n)
     elif kind == "thread_select":
         res = select_nonblocking(s, n)
+    elif kind.endswith("_reader_burst"):
+        res = reader_burst(s, n, uv=kind.startswith("uvloop"))
     else:
         res = with_asyncio(s, n, uv=(kind == "uvloop"))
     q.put(res)
@@ -115,7 +161,9 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 300_000
     size = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     ctx = mp.get_context("spawn")
-    for kind in ("thread_blocking", "thread_select", "asyncio", "uvloop"):
+    kinds = ("thread_blocking", "thread_select", "asyncio", "uvloop", "asyncio_reader_burst",
+             "uvloop_reader_burst")
+    for kind in sys.argv[3].split(",") if len(sys.argv) > 3 else kinds:
         q = ctx.Queue()
         p = ctx.Process(target=receiver, args=(kind, q, n))
         p.start()

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import queue
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from random import Random
+from typing import Any
 
 import pytest
 
 import a3m
 import a3m.aio
+from a3m.core import link as L
+from a3m.patterns.pipeline import Pull
+from a3m.testing.relay import FaultRelay
 
 
 def test_aio_pushpull_and_timeouts() -> None:
@@ -53,3 +63,433 @@ def test_aio_pushpull_and_timeouts() -> None:
             assert await push.close(timeout=5)
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- helpers
+
+OP_S = 20.0  # one await that should succeed
+TEST_S = 90.0  # a whole test: only reached when something hangs
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    async def guarded() -> None:
+        await asyncio.wait_for(main(), TEST_S)
+
+    asyncio.run(guarded())
+
+
+async def linked_pair(x: a3m.aio.Node, y: a3m.aio.Node, capacity: int = 256
+                      ) -> tuple[a3m.aio.Socket, a3m.aio.Socket]:
+    """A PUSH on ``x`` linked to a PULL on ``y`` with ``capacity`` credits (no growth)."""
+    x.associate(y.id, y.address)
+    pull = y.socket(a3m.PULL, "in", capacity=capacity, capacity_max=0)
+    push = x.socket(a3m.PUSH, "out")
+    push.link(pull.id)
+    assert await push.wait_linked(timeout=OP_S)
+    return push, pull
+
+
+# ---------------------------------------------------------------------------- cancellation
+
+def test_a_stream_cancelled_at_every_await_point_loses_nothing_and_doubles_nothing() -> None:
+    """Every send and every receive of a stream runs as a task cancelled after 0 to 5 turns
+    of the event loop: before it started, while it waits (for credits, for a message), just
+    after a turn woke it, or after it finished. A cancelled send is sent again (so a
+    cancelled send that went anyway would arrive twice); a cancelled receive is simply
+    repeated (so one that took a message would lose it). The receiver must get every
+    message once, in order."""
+    n = 1500
+
+    async def main() -> None:
+        async with a3m.aio.Node("cx") as x, a3m.aio.Node("cy") as y:
+            push, pull = await linked_pair(x, y, capacity=8)
+            turns_tx, turns_rx = Random(5), Random(6)
+            cancelled = {"send": 0, "recv": 0, "done_send": 0, "done_recv": 0}
+            got: list[int] = []
+
+            async def one(op: Awaitable[Any], turns: Random, kind: str) -> tuple[bool, Any]:
+                task = asyncio.ensure_future(op)
+                for _ in range(turns.randrange(6)):
+                    await asyncio.sleep(0)
+                if task.cancel():
+                    try:
+                        return True, await task
+                    except asyncio.CancelledError:
+                        cancelled[kind] += 1
+                        return False, None
+                cancelled[f"done_{kind}"] += 1
+                return True, task.result()
+
+            async def produce() -> None:
+                i = 0
+                while i < n:
+                    ok, _ = await one(push.send(b"%d" % i, timeout=OP_S), turns_tx, "send")
+                    i += ok
+
+            async def consume() -> None:
+                while len(got) < n:
+                    ok, payload = await one(pull.recv(timeout=OP_S), turns_rx, "recv")
+                    if ok:
+                        got.append(int(payload))
+
+            await asyncio.gather(produce(), consume())
+            assert got == list(range(n))
+            with pytest.raises(a3m.Timeout):
+                await pull.recv(timeout=0.3)  # nothing more: no cancelled send went
+            # the test exercised what it is about (the counts are of cancellations, not time)
+            assert cancelled["send"] > 0 and cancelled["recv"] > 0
+            assert cancelled["done_send"] > 0 and cancelled["done_recv"] > 0
+
+    run(main)
+
+
+def test_a_cancel_right_after_the_wake_up_takes_nothing_and_sends_nothing() -> None:
+    """The narrowest point: the task's wait is over (a local delivery or credit woke it in
+    the very call that made it) but the task has not run yet when it is cancelled."""
+    async def main() -> None:
+        async with a3m.aio.Node("solo") as node:
+            pull = node.socket(a3m.PULL, "in", capacity=1, capacity_max=0)
+            push = node.socket(a3m.PUSH, "out")
+            push.link(pull.id)
+            assert await push.wait_linked(timeout=OP_S)
+            waiting = asyncio.ensure_future(pull.recv(timeout=OP_S))
+            await asyncio.sleep(0)  # it waits now
+            await push.send(b"first", timeout=OP_S)  # local: delivered (and woken) in here
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert await pull.recv(timeout=0) == b"first"  # still there
+
+            await push.send(b"second", timeout=OP_S)  # the one credit
+            blocked = asyncio.ensure_future(push.send(b"third", timeout=OP_S))
+            await asyncio.sleep(0)
+            assert not blocked.done()
+            assert await pull.recv(timeout=OP_S) == b"second"  # the credit goes back
+            blocked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await blocked
+            with pytest.raises(a3m.Timeout):
+                await pull.recv(timeout=0.3)  # "third" was not sent
+
+    run(main)
+
+
+def test_a_cancelled_send_many_says_how_many_went() -> None:
+    async def main() -> None:
+        async with a3m.aio.Node("mx") as x, a3m.aio.Node("my") as y:
+            push, pull = await linked_pair(x, y, capacity=4)
+            task = asyncio.ensure_future(push.send_many([b"%d" % i for i in range(10)],
+                                                        timeout=OP_S))
+            for _ in range(50):  # until it waits for credits that will not come
+                await asyncio.sleep(0.01)
+                if not push.writable:
+                    break
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError) as info:
+                await task
+            went = info.value.sent  # type: ignore[attr-defined]
+            assert 1 <= went < 10
+            got = [await pull.recv(timeout=OP_S) for _ in range(went)]
+            assert got == [b"%d" % i for i in range(went)]
+            with pytest.raises(a3m.Timeout):
+                await pull.recv(timeout=0.3)
+
+    run(main)
+
+
+def test_waiting_on_several_sockets_is_asyncio_wait_over_their_receives() -> None:
+    async def main() -> None:
+        async with a3m.aio.Node("wx") as x, a3m.aio.Node("wy") as y:
+            x.associate(y.id, y.address)
+            pulls = [y.socket(a3m.PULL, f"in{i}") for i in range(3)]
+            pushes = [x.socket(a3m.PUSH, f"out{i}") for i in range(3)]
+            for push, pull in zip(pushes, pulls, strict=True):
+                push.link(pull.id)
+                assert await push.wait_linked(timeout=OP_S)
+            tasks = {asyncio.ensure_future(p.recv(timeout=OP_S)): i for i, p in enumerate(pulls)}
+            await pushes[1].send(b"one", timeout=OP_S)
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            assert [tasks[t] for t in done] == [1] and done.pop().result() == b"one"
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await pushes[0].send(b"zero", timeout=OP_S)
+            await pushes[2].send(b"two", timeout=OP_S)
+            assert await pulls[0].recv(timeout=OP_S) == b"zero"  # the cancelled ones lost
+            assert await pulls[2].recv(timeout=OP_S) == b"two"   # nothing
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------- the driver
+
+def test_no_io_thread_and_a_blocking_call_on_the_loop_is_refused() -> None:
+    async def main() -> None:
+        before = threading.active_count()
+        async with a3m.aio.Node("tx") as x, a3m.aio.Node("ty") as y:
+            assert threading.active_count() == before  # the loop drives both nodes
+            push, pull = await linked_pair(x, y)
+            with pytest.raises(a3m.UsageError, match="stall the loop"):
+                pull.sync.recv(timeout=1)
+            # a worker thread may use the blocking API of the same node
+            got = asyncio.ensure_future(asyncio.to_thread(pull.sync.recv, OP_S))
+            await asyncio.sleep(0.05)
+            await push.send(b"to a thread", timeout=OP_S)
+            assert await got == b"to a thread"
+            sent = asyncio.ensure_future(asyncio.to_thread(push.sync.send, b"from a thread",
+                                                           OP_S))
+            assert await pull.recv(timeout=OP_S) == b"from a thread"
+            await sent
+
+    run(main)
+    with pytest.raises(a3m.UsageError, match="coroutine"):
+        a3m.aio.Node("outside")
+
+
+def test_garbage_datagrams_are_read_in_bursts_counted_and_dropped() -> None:
+    """A blast of datagrams that are not Exon: each is read (the reader callback drains the
+    socket), counted as malformed, and the node goes on; the kernel's drops are reported."""
+    n = 3000
+
+    async def main() -> None:
+        async with a3m.aio.Node("gx", secure=False) as x, \
+                a3m.aio.Node("gy", secure=False) as y:
+            push, pull = await linked_pair(x, y)
+            def refused() -> int:  # not Exon (no version byte): counted, never delivered
+                ex = y.stats["exon"]
+                return int(ex["secure_refused"] + ex["malformed"] + ex["truncated"])
+
+            before = refused()
+            blaster = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                for i in range(n):
+                    blaster.sendto(b"\xff garbage %d" % i, y.address)
+                    if i % 200 == 0:
+                        await asyncio.sleep(0)  # let the loop read (the kernel buffer is finite)
+            finally:
+                blaster.close()
+            stats = y.stats
+            drops = stats["rx_drops"]
+            assert drops is None or drops >= 0
+            deadline = time.monotonic() + OP_S
+            while refused() - before < n - (drops or 0):
+                assert time.monotonic() < deadline, y.stats
+                await asyncio.sleep(0.01)
+            await push.send(b"still here", timeout=OP_S)
+            assert await pull.recv(timeout=OP_S) == b"still here"
+            assert y.stats["loop_errors"] == 0
+
+    run(main)
+
+
+def test_an_idle_node_does_not_spin() -> None:
+    """With nothing to do, the driver turns only on its timers (counted: a loop that spun
+    would turn hundreds of thousands of times in the same wait)."""
+    async def main() -> None:
+        async with a3m.aio.Node("ix") as x, a3m.aio.Node("iy") as y:
+            await linked_pair(x, y)
+            await asyncio.sleep(0.1)
+            drv = y.sync._driver
+            before = drv.turns
+            await asyncio.sleep(0.5)
+            assert drv.turns - before < 200
+
+    run(main)
+
+
+def test_rebind_keeps_the_links_and_the_stream() -> None:
+    async def main() -> None:
+        async with a3m.aio.Node("rx") as x, a3m.aio.Node("ry") as y:
+            push, pull = await linked_pair(x, y)
+            await push.send(b"before", timeout=OP_S)
+            assert await pull.recv(timeout=OP_S) == b"before"
+            old = x.address
+            x.rebind("127.0.0.1:0")
+            assert x.address != old
+            for i in range(100):
+                await push.send(b"%d" % i, timeout=OP_S)
+            assert [await pull.recv(timeout=OP_S) for _ in range(100)] == \
+                [b"%d" % i for i in range(100)]
+
+    run(main)
+
+
+def test_pushpull_through_the_fault_relay_exactly_once_in_order() -> None:
+    """The threaded runtime's relay test on the event loop (loss, duplication, reordering)."""
+    n = 5000
+
+    async def main() -> None:
+        net = {"loopback_datagram_size": 0}
+        async with a3m.aio.Node("fa", **net) as x, a3m.aio.Node("fb", **net) as y:
+            with FaultRelay({"fb": y.address}, loss=0.2, dup=0.1, reorder=0.2,
+                            seed=11) as relay:
+                x.associate("fb", relay.front("fb"))
+                pull = y.socket(a3m.PULL, "sink", capacity=512)
+                push = x.socket(a3m.PUSH, "source")
+                push.link(pull.id)
+                assert await push.wait_linked(timeout=OP_S)
+
+                async def produce() -> None:
+                    for i in range(n):
+                        await push.send(b"%d" % i, timeout=60)
+
+                async def consume() -> list[bytes]:
+                    return [await pull.recv(timeout=60) for _ in range(n)]
+
+                _, got = await asyncio.gather(produce(), consume())
+                assert got == [b"%d" % i for i in range(n)]
+                assert relay.stats.dropped > 10 and relay.stats.duplicated > 5
+                with pytest.raises(a3m.Timeout):
+                    await pull.recv(timeout=0.3)
+                assert await x.flush(timeout=OP_S)
+
+    run(main)
+
+
+class FragilePull(Pull):
+    """A PULL whose application hook fails on one message."""
+
+    def on_data(self, link: L.Link, payload: bytes) -> None:
+        if payload == b"boom":
+            raise RuntimeError("on_data failed")
+        super().on_data(link, payload)
+
+
+def test_a_failing_hook_is_counted_and_loses_nothing_else_of_its_turn() -> None:
+    async def main() -> None:
+        async with a3m.aio.Node("ha") as x, a3m.aio.Node("hb") as y:
+            x.associate("hb", y.address)
+            y.register_socket_type("FRAGILE", FragilePull)
+            pull = y.socket("FRAGILE", "sink")
+            push = x.socket(a3m.PUSH, "source")
+            push.link("hb/sink")
+            assert await push.wait_linked(timeout=OP_S)
+            drv = y.sync._driver
+            drv.loop.remove_reader(drv._sock.fileno())  # hb reads nothing: one batch later
+            try:
+                for p in (b"1", b"2", b"boom", b"3", b"4"):
+                    await push.send(p, timeout=OP_S)
+                await asyncio.sleep(0.2)
+            finally:
+                drv.loop.add_reader(drv._sock.fileno(), drv._on_readable)
+            assert [await pull.recv(timeout=OP_S) for _ in range(4)] == [b"1", b"2", b"3", b"4"]
+            assert y.stats["event_errors"] == 1 and y.stats["loop_errors"] == 0
+
+    run(main)
+
+
+def test_close_hands_the_linger_to_a_thread_that_ends_by_itself() -> None:
+    opts = {"rto_max_s": 0.25, "rto_initial_s": 0.1}  # linger = 4 x 0.25 s
+
+    async def main() -> None:
+        async with a3m.aio.Node("lb", **opts) as y:
+            x = a3m.aio.Node("la", **opts)
+            push, pull = await linked_pair(x, y)
+            await push.send(b"x", timeout=OP_S)
+            assert await pull.recv(timeout=OP_S) == b"x"
+            assert await x.close(timeout=5) is True
+            drv = x.sync._driver
+            assert not drv.running
+            with pytest.raises(a3m.Closed):
+                x.socket(a3m.PUSH)
+            lingerer = drv.lingerer
+            assert lingerer is not None and lingerer.lingering
+            deadline = time.monotonic() + OP_S
+            while lingerer._thread.is_alive():
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            assert not lingerer.lingering and lingerer._sock.fileno() == -1
+            assert x.sync._proto.is_finished()
+
+    run(main)
+
+
+def test_a_node_started_again_with_the_same_id_ends_the_linger() -> None:
+    async def main() -> None:
+        async with a3m.aio.Node("sb") as y:
+            x = a3m.aio.Node("sa")
+            port = x.address[1]
+            push, pull = await linked_pair(x, y)
+            await push.send(b"x", timeout=OP_S)
+            assert await pull.recv(timeout=OP_S) == b"x"
+            assert await x.close(timeout=5) is True
+            old = x.sync._driver.lingerer
+            assert old is not None and old.lingering
+            x2 = a3m.aio.Node("sa", bind=f"127.0.0.1:{port}")  # the port is free at once
+            try:
+                assert not old.lingering and not old._thread.is_alive()
+            finally:
+                assert await x2.close(timeout=5)
+
+    run(main)
+
+
+def test_on_uvloop_when_the_application_chose_it() -> None:
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> None:
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        async with a3m.aio.Node("ux") as x, a3m.aio.Node("uy") as y:
+            push, pull = await linked_pair(x, y, capacity=16)
+
+            async def produce() -> None:
+                for i in range(2000):
+                    await push.send(b"%d" % i, timeout=OP_S)
+
+            async def consume() -> list[bytes]:
+                return [await pull.recv(timeout=OP_S) for _ in range(2000)]
+
+            _, got = await asyncio.gather(produce(), consume())
+            assert got == [b"%d" % i for i in range(2000)]
+            rep = y.socket(a3m.REP, "rep")
+            req = x.socket(a3m.REQ, "req")
+            req.link(rep.id)
+            for i in range(50):
+                await req.send(b"q%d" % i, timeout=OP_S)
+                await rep.send(await rep.recv(timeout=OP_S), timeout=OP_S)
+                assert await req.recv(timeout=OP_S) == b"q%d" % i
+
+    uvloop.run(asyncio.wait_for(main(), TEST_S))
+
+
+@pytest.mark.parametrize("busy_poll_s", [200e-6, 0.0])
+def test_busy_poll_is_used_for_round_trips_and_can_be_turned_off(busy_poll_s: float) -> None:
+    """After a request or a reply left, a waiting coroutine's loop polls before it sleeps
+    (counted in poll_hits); ``busy_poll_s=0`` turns that off. The REP runs on its own event
+    loop in another thread (on one loop, the other node's work is always ready: no poll)."""
+    n = 200
+    ready: queue.Queue[Any] = queue.Queue()
+    hits: dict[str, int] = {}
+
+    def server() -> None:
+        async def serve() -> None:
+            async with a3m.aio.Node("py", busy_poll_s=busy_poll_s) as y:
+                rep = y.socket(a3m.REP, "rep")
+                ready.put(y.address)
+                for _ in range(n):
+                    await rep.send(await rep.recv(timeout=OP_S), timeout=OP_S)
+                hits["rep"] = y.sync._driver.poll_hits
+
+        asyncio.run(serve())
+
+    th = threading.Thread(target=server)
+    th.start()
+
+    async def main() -> None:
+        async with a3m.aio.Node("px", busy_poll_s=busy_poll_s) as x:
+            x.associate("py", ready.get(timeout=OP_S))
+            req = x.socket(a3m.REQ, "req")
+            req.link("py/rep")
+            assert await req.wait_linked(timeout=OP_S)
+            for i in range(n):
+                await req.send(b"%d" % i, timeout=OP_S)
+                assert await req.recv(timeout=OP_S) == b"%d" % i
+            hits["req"] = x.sync._driver.poll_hits
+
+    try:
+        run(main)
+    finally:
+        th.join(timeout=TEST_S)
+    total = hits["req"] + hits["rep"]
+    assert total > 0 if busy_poll_s else total == 0

@@ -29,3 +29,18 @@ def test_chaos_transport_json_exactly_once() -> None:
     assert out["sent"] == out["delivered"] == 3000
     assert out["lost"] == out["duplicates"] == out["phantoms"] == 0
     assert out["relay"]["dropped"] > 0  # type: ignore[index]
+
+
+def test_bench_asyncio_json() -> None:
+    """a3m.aio beside pyzmq.asyncio, one process and two: every run received everything."""
+    out = run_cli("bench", "pushpull", "--asyncio", "--messages", "3000", "--json")
+    assert out["workload"] == "pushpull" and out["asyncio"] is True
+    runs = out["runs"]
+    assert {(r["system"], r["processes"]) for r in runs} >= {  # type: ignore[union-attr]
+        ("a3m.aio", 1), ("a3m.aio", 2)}
+    for r in runs:  # type: ignore[union-attr]
+        assert "error" not in r and r["received"] == 3000, r
+    out = run_cli("bench", "reqrep", "--asyncio", "--processes", "1", "--messages", "300",
+                  "--json")
+    a3m_run = next(r for r in out["runs"] if r["system"] == "a3m.aio")  # type: ignore[union-attr]
+    assert a3m_run["round_trips"] == 300 and a3m_run["p50_us"] > 0

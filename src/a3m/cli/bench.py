@@ -6,6 +6,9 @@ draws saved results (``--out``) without measuring anything, one panel each.
 ``a3m bench rpc`` and ``a3m bench pushpull --loss/--delay/--rate`` run across an emulated
 path (:mod:`a3m.testing.netem`: network namespaces, so root) instead of plain loopback.
 
+``a3m bench reqrep|pushpull --asyncio`` measures ``a3m.aio`` beside ``pyzmq.asyncio`` in the
+same run, both in one process and across two (:mod:`a3m.benchmarks.aio`).
+
 ``a3m bench pipeline`` runs one Spark streaming aggregation and sink fed by Spark's ``rate``
 source and by the ``a3m`` source (:mod:`a3m.benchmarks.pipeline`). ``a3m bench groups`` sends
 to groups of 1, 4 and 16 DISHes (ALL) beside a PUB with as many SUBs
@@ -42,6 +45,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: receiver on one CPU, sender on another, like two hosts), "
                         "shared (both on one CPU), free (the scheduler decides, which moves "
                         "a round trip's latency 2-3x between runs)")
+    ap = p.add_argument_group("asyncio", "reqrep and pushpull through a3m.aio beside "
+                              "pyzmq.asyncio, in one process and across two")
+    ap.add_argument("--asyncio", action="store_true",
+                    help="measure a3m.aio against pyzmq.asyncio (reqrep, pushpull)")
+    ap.add_argument("--loops", default="asyncio",
+                    help="event loops, one run each: asyncio, uvloop (default asyncio; "
+                         "uvloop where installed)")
+    ap.add_argument("--processes", default="1,2",
+                    help="both sides in 1 process and/or across 2 (default 1,2)")
+    ap.add_argument("--sets", type=int, default=1,
+                    help="same-run sets of every configuration; medians reported (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--plot", metavar="FILE.png",
@@ -150,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         except PlotError as exc:
             return _error(str(exc))
 
+    if getattr(args, "asyncio", False):
+        return _asyncio(args, plot)
     if args.workload == "pipeline":
         return _pipeline(args, plot)
     if args.workload == "groups":
@@ -184,6 +200,45 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(result)
     return 0
+
+
+def _asyncio(args: argparse.Namespace, plot: str | None) -> int:
+    """reqrep or pushpull through a3m.aio beside pyzmq.asyncio (``--asyncio``)."""
+    from a3m.benchmarks import aio
+
+    if args.workload not in ("reqrep", "pushpull"):
+        return _error("--asyncio measures reqrep or pushpull")
+    loops = tuple(x.strip() for x in args.loops.split(",") if x.strip())
+    if not loops or any(x not in aio.LOOPS for x in loops):
+        return _error(f"--loops takes {', '.join(aio.LOOPS)} separated by commas")
+    procs = _counts(args.processes)
+    if procs is None or any(n not in (1, 2) for n in procs):
+        return _error("--processes takes 1 and/or 2")
+    if args.sets < 1 or args.size < 8 or args.messages < 2:
+        return _error("need --sets >= 1, --size >= 8 and --messages >= 2")
+    result = aio.run_aio_bench(args.workload, args.size, args.messages, _progress,
+                               placement=args.placement, loops=loops, sets=args.sets,
+                               processes=procs)
+    text = _save(result, args, plot, aio.plot)
+    if args.json:
+        print(text)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        metric = result["metric"]
+        table = Table(title=f"a3m bench {args.workload} --asyncio ({args.size} B, median of "
+                            f"{args.sets} set(s), {metric})")
+        for col in ("loop", "processes", *aio.SYSTEMS, "ratio (per-set range)"):
+            table.add_column(col, justify="right")
+        for row in result["medians"]:
+            rng = row.get("ratio_range")
+            table.add_row(row["loop"], str(row["processes"]),
+                          *(f"{row[s]:,.1f}" if row.get(s) else "-" for s in aio.SYSTEMS),
+                          f"{row['ratio']} ({rng[0]}-{rng[1]})" if rng else "-")
+        Console(stderr=True).print(table)
+        print(result["ratio_means"], file=sys.stderr)
+    return 0 if all(r.get("ratio") for r in result["medians"]) else 1
 
 
 def _pipeline(args: argparse.Namespace, plot: str | None) -> int:

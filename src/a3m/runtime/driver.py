@@ -82,6 +82,45 @@ def _drop_events(events: deque[Event], now: float) -> None:
     events.clear()  # lingering: the application is gone (and a closed node delivers nothing)
 
 
+def dispatch_events(events: deque[Event], on_events: EventHandler, now: float) -> int:
+    """Hand ``events`` to ``on_events`` until none is left (see :data:`EventHandler`); the
+    number of handler errors (each logged; the events not yet taken are still handled). The
+    threaded driver and the asyncio one (``a3m.aio.driver``) both use it."""
+    errors = 0
+    while events:
+        before = len(events)
+        try:
+            on_events(events, now)
+        except Exception:
+            if len(events) == before:
+                events.popleft()  # the handler failed before taking it: no retry loop
+            # The event being handled is reported; the rest stay queued and are
+            # handled now: a failing handler never silently drops a batch.
+            errors += 1
+            log.exception("a3m event handler error (counted; the other events of "
+                          "the batch are still handled)")
+        else:
+            events.clear()  # a handler that read the events without taking them
+    return errors
+
+
+def udp_drops(sock: socket.socket) -> int | None:
+    """Datagrams the kernel dropped for ``sock`` (its receive buffer was full), from
+    ``/proc/net/udp``; None where that is not available (not Linux)."""
+    try:
+        inode = os.fstat(sock.fileno()).st_ino
+        for table in ("/proc/net/udp", "/proc/net/udp6"):
+            with open(table, encoding="ascii") as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if len(cols) > 12 and cols[9] == str(inode):
+                        return int(cols[12])
+    except (OSError, ValueError, StopIteration):
+        return None
+    return None
+
+
 def parse_bind(bind: str | tuple[str, int]) -> tuple[str, int]:
     """``"127.0.0.1:0"`` or ``("127.0.0.1", 0)`` -> ``("127.0.0.1", 0)``."""
     if isinstance(bind, tuple):
@@ -124,7 +163,8 @@ class Driver:
                  upper_timer: Callable[[], float | None] | None = None,
                  on_turn: Callable[[float], None] | None = None,
                  busy_poll_s: float = 0.0,
-                 upper_output: Callable[[], bool] | None = None) -> None:
+                 upper_output: Callable[[], bool] | None = None,
+                 sock: socket.socket | None = None) -> None:
         self.proto = proto
         self._upper_timer = upper_timer
         #: The layer above has output that ``on_turn`` hands to the protocol (when it is due
@@ -136,10 +176,12 @@ class Driver:
         self._park = threading.Condition(self.lock)  # the I/O thread waits here while parked
         self._on_events = on_events
         self._events: deque[Event] = deque()  # handed to on_events, not yet taken
-        where = parse_bind(bind)
-        end_lingering(proto.id, where[1])
         self.port = 0
-        self._adopt(open_udp(where))
+        if sock is None:
+            where = parse_bind(bind)
+            end_lingering(proto.id, where[1])
+            sock = open_udp(where)
+        self._adopt(sock)  # or the socket of a driver handing over its linger (a3m.aio)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -173,6 +215,10 @@ class Driver:
     def address(self) -> tuple[str, int]:
         host, port = self._sock.getsockname()[:2]
         return host, port
+
+    def rx_drops(self) -> int | None:
+        """Datagrams the kernel dropped on this socket (:func:`udp_drops`)."""
+        return udp_drops(self._sock)
 
     def wake(self) -> None:
         """Make a turn happen soon (cheap when one is already under way). Call under lock."""
@@ -554,20 +600,8 @@ class Driver:
             events = self._events
             events.extend(proto.drain_events())
             changed = bool(events)
-            while events:
-                before = len(events)
-                try:
-                    self._on_events(events, now)
-                except Exception:
-                    if len(events) == before:
-                        events.popleft()  # the handler failed before taking it: no retry loop
-                    # The event being handled is reported; the rest stay queued and are
-                    # handled now: a failing handler never silently drops a batch.
-                    self.event_errors += 1
-                    log.exception("a3m event handler error (counted; the other events of "
-                                  "the batch are still handled)")
-                else:
-                    events.clear()  # a handler that read the events without taking them
+            if changed:
+                self.event_errors += dispatch_events(events, self._on_events, now)
             if self._on_turn is not None:
                 self._on_turn(now)
             if changed:

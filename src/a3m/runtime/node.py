@@ -37,7 +37,9 @@ from a3m.runtime.sockets import (
     ReceivedMessage,
     Socket,
     SocketId,
+    Steps,
     _deadline,
+    run_steps,
 )
 
 __all__ = ["POLLIN", "POLLOUT", "Node", "Poller", "ReceivedMessage", "Socket", "SocketId"]
@@ -103,11 +105,13 @@ class Node:
         #: Sockets whose buffer holds sends no link can take now (a link went away): retried
         #: on every turn (credits and links come with events).
         self._stalled: set[Socket] = set()
-        self._driver = Driver(self._proto, bind, self._bridge.on_events,
-                              name=f"a3m-node-{self.id}",
-                              upper_timer=self._upper_deadline, on_turn=self._on_turn,
-                              busy_poll_s=config.busy_poll_s,
-                              upper_output=self._upper_output)
+        self._driver = self._make_driver(bind, config)
+
+    def _make_driver(self, bind: str | tuple[str, int], config: ExonConfig) -> Driver:
+        """The I/O under the node: one thread here; ``a3m.aio`` drives it from its loop."""
+        return Driver(self._proto, bind, self._bridge.on_events, name=f"a3m-node-{self.id}",
+                      upper_timer=self._upper_deadline, on_turn=self._on_turn,
+                      busy_poll_s=config.busy_poll_s, upper_output=self._upper_output)
 
     # ------------------------------------------------------------------ API
 
@@ -159,6 +163,7 @@ class Node:
 
     @property
     def stats(self) -> dict[str, Any]:
+        drops = self._driver.rx_drops()  # (reads /proc: not under the lock)
         with self._driver.lock:
             drv = self._driver
             return {"exon": self._proto.stats.as_dict(), "malformed": self._core.malformed,
@@ -168,12 +173,18 @@ class Node:
                     "peers_reachable": self._bridge.peers_reachable,
                     "peers_restarted": self._bridge.peers_restarted,
                     "io_errors": drv.io_errors, "loop_errors": drv.loop_errors,
-                    "event_errors": drv.event_errors}
+                    "event_errors": drv.event_errors, "rx_drops": drops}
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every message sent so far is acknowledged by the node it went to
         (nothing left queued or in flight); False when the timeout passes first."""
         deadline = _deadline(timeout)
+        drv = self._driver
+        with drv.lock:
+            return run_steps(self._flushing(), lambda done: drv.wait_until(done, deadline, 0.01))
+
+    def _flushing(self) -> Steps:
+        """The steps of :meth:`flush` (see :func:`~a3m.runtime.sockets.run_steps`)."""
         drv = self._driver
 
         def acknowledged() -> bool:
@@ -188,8 +199,7 @@ class Node:
             drv.wake()
             return False
 
-        with drv.lock:
-            return drv.wait_until(acknowledged, deadline, step=0.01)
+        return (yield acknowledged)
 
     def close(self, timeout: float | None = None) -> bool:
         """Close every socket (unlinking cleanly), deliver what is in flight, stop.
@@ -251,12 +261,17 @@ class Node:
         """Close the sockets the application has no handle on (the group directory)."""
         drv = self._driver
         with drv.lock:
-            hidden = [c for tag, c in self._core.sockets.items() if tag not in self._sockets]
-            for core in hidden:
-                core.close(time.monotonic())
-            self._after_call()
-            return drv.wait_until(lambda: all(c.is_drained for c in hidden) or not drv.running,
-                                  deadline)
+            return run_steps(self._closing_hidden(),
+                             lambda done: drv.wait_until(done, deadline))
+
+    def _closing_hidden(self) -> Steps:
+        """The steps of :meth:`_close_hidden` (see :func:`~a3m.runtime.sockets.run_steps`)."""
+        drv = self._driver
+        hidden = [c for tag, c in self._core.sockets.items() if tag not in self._sockets]
+        for core in hidden:
+            core.close(time.monotonic())
+        self._after_call()
+        return (yield lambda: all(c.is_drained for c in hidden) or not drv.running)
 
     def _list_nodes(self, now: float) -> None:
         """Tell the core of the nodes the discovery source lists (RADIOs look among them);

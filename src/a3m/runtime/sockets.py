@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
@@ -68,6 +68,22 @@ class ReceivedMessage:
 
 
 _T = TypeVar("_T")
+
+#: A call that waits, as steps (``Socket.close``): each step yields a condition, the runtime
+#: waits (under the node's lock) until it holds or the call's deadline passes and sends back
+#: whether it held; the generator returns the call's result. One text for the blocking and
+#: the asyncio runtimes: :func:`run_steps` here, ``a3m.aio`` awaits them.
+Steps = Generator[Callable[[], bool], bool, bool]
+
+
+def run_steps(steps: Steps, wait: Callable[[Callable[[], bool]], bool]) -> bool:
+    """Run ``steps`` with ``wait(condition) -> held`` (the driver's ``wait_until``)."""
+    try:
+        done = next(steps)
+        while True:
+            done = steps.send(wait(done))
+    except StopIteration as stop:
+        return bool(stop.value)
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -563,33 +579,38 @@ class Socket:
             return True
         deadline = _deadline(timeout)
         drv = self.node._driver
-        clean = True
         with drv.lock:
-            self._close_buffer()
-            buf = self._sbuf
+            return run_steps(self._closing(), lambda done: drv.wait_until(done, deadline))
 
-            def sent() -> bool:  # what was buffered goes before the unlink
-                if buf.items and drv.running:
-                    self._drain(time.monotonic())
-                return not buf.items or not drv.running
+    def _closing(self) -> Steps:
+        """The steps of :meth:`close`, under the node's lock (see :func:`run_steps`; the
+        asyncio socket runs the same ones)."""
+        drv = self.node._driver
+        self._close_buffer()
+        buf = self._sbuf
+        clean = True
 
-            drv.wait_until(sent, deadline)
-            for cookie in buf.clear_marks():  # no link took them in time: not sent
-                self._core.jar.unsent(cookie)
-            if buf.clear():
-                clean = False
-                self.node._stalled.discard(self)
-            self._drop_flagged()
-            self._core.close(time.monotonic())
-            self.node._after_call()
-            core = self._core
-            clean = drv.wait_until(lambda: core.is_drained or not drv.running,
-                                   deadline) and clean
-            if core.jar.out:  # outcomes still awaited: nobody will hear them now
-                core.jar.abandon()
-                clean = False
-            self._closed = True
-            self.node._forget_socket(self.id.tag)
+        def sent() -> bool:  # what was buffered goes before the unlink
+            if buf.items and drv.running:
+                self._drain(time.monotonic())
+            return not buf.items or not drv.running
+
+        yield sent
+        for cookie in buf.clear_marks():  # no link took them in time: not sent
+            self._core.jar.unsent(cookie)
+        if buf.clear():
+            clean = False
+            self.node._stalled.discard(self)
+        self._drop_flagged()
+        self._core.close(time.monotonic())
+        self.node._after_call()
+        core = self._core
+        clean = (yield lambda: core.is_drained or not drv.running) and clean
+        if core.jar.out:  # outcomes still awaited: nobody will hear them now
+            core.jar.abandon()
+            clean = False
+        self._closed = True
+        self.node._forget_socket(self.id.tag)
         return clean
 
     def __enter__(self) -> Socket:
