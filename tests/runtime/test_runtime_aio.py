@@ -493,3 +493,34 @@ def test_busy_poll_is_used_for_round_trips_and_can_be_turned_off(busy_poll_s: fl
         th.join(timeout=TEST_S)
     total = hits["req"] + hits["rep"]
     assert total > 0 if busy_poll_s else total == 0
+
+
+# ---------------------------------------------------------------------------- cookies
+
+def test_cookies_in_the_loop_and_a_cancelled_recv_cookie_takes_nothing() -> None:
+    """The cookie contract through a3m.aio: outcomes DELIVERED once the PULL's application
+    took each message; a recv_cookie cancelled while it waits takes no outcome (the next
+    one gets it); NOT_DELIVERED for the rest when the PULL closes; send_many's cookies."""
+
+    async def main() -> None:
+        async with a3m.aio.Node("akc-a") as a, a3m.aio.Node("akc-b") as b:
+            push, pull = await linked_pair(a, b)
+            waiting = asyncio.ensure_future(push.recv_cookie(timeout=OP_S))
+            await asyncio.sleep(0.05)
+            waiting.cancel()  # nothing to take yet: cancelled, it took nothing
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            for i in range(10):
+                await push.send(b"%d" % i, cookie=i, timeout=OP_S)
+            assert await push.send_many([b"10", b"11"], cookies=[10, 11], timeout=OP_S) == 2
+            taken = [int(await pull.recv(timeout=OP_S)) for _ in range(4)]
+            got = [await push.recv_cookie(timeout=OP_S) for _ in range(4)]
+            assert sorted(c.value for c in got) == sorted(taken)
+            assert {c.outcome for c in got} == {a3m.DELIVERED}
+            assert push.cookies() == []
+            await pull.close(timeout=OP_S)
+            rest = [await push.recv_cookie(timeout=OP_S) for _ in range(8)]
+            assert sorted(c.value for c in rest) == [i for i in range(12) if i not in taken]
+            assert {c.outcome for c in rest} == {a3m.NOT_DELIVERED}
+
+    run(main)

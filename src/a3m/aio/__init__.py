@@ -41,14 +41,16 @@ from typing import Any, TypeVar
 
 from a3m.aio.driver import LoopDriver
 from a3m.aio.node import LoopNode
+from a3m.core.cookies import Cookie
 from a3m.core.link import REASONS
 from a3m.errors import LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.runtime import sockets as _sync
-from a3m.runtime.sockets import POLLIN, POLLOUT, ReceivedMessage, SocketId
+from a3m.runtime.sockets import POLLCOOKIE, POLLIN, POLLOUT, ReceivedMessage, SocketId
 
 T = TypeVar("T")
 
-__all__ = ["Node", "Socket", "SocketId", "ReceivedMessage", "POLLIN", "POLLOUT"]
+__all__ = ["Node", "Socket", "SocketId", "ReceivedMessage", "Cookie", "POLLIN", "POLLOUT",
+           "POLLCOOKIE"]
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -206,18 +208,25 @@ class Socket:
                                f"send on {self.id.tag!r}", self._refused)
 
     async def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
-                        **kw: Any) -> int:
+                        cookies: Iterable[Any] | None = None, **kw: Any) -> int:
         """As :meth:`a3m.Socket.send_many`: how many were sent (all, unless the timeout
         passed after some went); raises when none could be. Cancelled, it raises
         ``CancelledError`` with ``sent``: how many of the list went."""
         _check_timeout(timeout)
         items = messages if type(messages) is list else list(messages)
+        marks = None if cookies is None else list(cookies)
+        if marks is not None:
+            if len(marks) != len(items):
+                raise UsageError("send_many: one cookie per message (None for none)")
+            kw["cookies"] = marks
         sync = self.sync
         sent = 0
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while sent < len(items):
                 rest = items[sent:] if sent else items
+                if marks is not None:
+                    kw["cookies"] = marks[sent:]
                 try:
                     sent += sync.send_many(rest, 0, **kw)
                     continue
@@ -228,6 +237,8 @@ class Socket:
                         return sent
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 rest = items[sent:]
+                if marks is not None:
+                    kw["cookies"] = marks[sent:]
                 try:
                     sent += await self.node._retry(
                         partial(sync.send_many, rest, 0, **kw), left,
@@ -257,6 +268,23 @@ class Socket:
             if timeout == 0:
                 raise
         return await self.node._retry(lambda: sync.recv(0), timeout, f"recv on {self.id.tag!r}")
+
+    async def recv_cookie(self, timeout: float | None = None) -> Cookie:
+        """As :meth:`a3m.Socket.recv_cookie`: the next outcome of a message sent with a
+        cookie. Cancelled while it waits, it took nothing."""
+        _check_timeout(timeout)
+        sync = self.sync
+        try:
+            return sync.recv_cookie(0)
+        except WouldBlock:
+            if timeout == 0:
+                raise
+        return await self.node._retry(lambda: sync.recv_cookie(0), timeout,
+                                      f"recv_cookie on {self.id.tag!r}")
+
+    def cookies(self, max_items: int = 1000) -> list[Cookie]:
+        """As :meth:`a3m.Socket.cookies`: the outcomes ready now (maybe [])."""
+        return self.sync.cookies(max_items)
 
     async def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """As :meth:`a3m.Socket.recv_msg`."""
