@@ -138,6 +138,8 @@ def test_unread_outcomes_are_bounded() -> None:
     (a3m.PUSH, {}, "cokie"), (a3m.PAIR, {}, "topic"), (a3m.DEALER, {}, "group"),
     (a3m.PUB, {"topic": b"t"}, "group"), (a3m.ROUTER, {"to": None}, "topic"),
     (a3m.RADIO, {"group": "g"}, "topic"), (a3m.BUS, {}, "to"), (a3m.SURVEYOR, {}, "timeout_s"),
+    (a3m.REQ, {}, "to"), (a3m.REP, {}, "topic"), (a3m.RESPONDENT, {}, "group"),
+    (a3m.XPUB, {"topic": b"t"}, "strategy"), (a3m.XSUB, {}, "topic"),
 ])
 def test_send_refuses_keywords_its_kind_does_not_take(kind: str, ok: dict[str, Any],
                                                       bad: str) -> None:
