@@ -8,6 +8,7 @@ from random import Random
 from typing import Any, Protocol
 
 from a3m.core import message as m
+from a3m.core.cookies import SEQ_MASK
 from a3m.core.credits import CreditBudget
 from a3m.core.link import Link
 from a3m.core.socket_core import SocketCore
@@ -238,10 +239,11 @@ class NodeCore:
 
     # ------------------------------------------------------------------ lost peers
 
-    def message_lost(self, node_id: str, data: bytes, now: float) -> None:
+    def message_lost(self, node_id: str, data: bytes, now: float,
+                     surely_not: bool = False) -> None:
         """The transport cannot tell whether ``data``, sent to ``node_id``, was delivered
-        (that node crashed with it in flight): the link it belongs to ends (see
-        :meth:`SocketCore.link_lost`)."""
+        (that node crashed with it in flight; ``surely_not``: it was given up before it
+        wholly left): the link it belongs to ends (see :meth:`SocketCore.link_lost`)."""
         self.now = now
         try:
             msg = m.decode(data)
@@ -249,7 +251,17 @@ class NodeCore:
             return
         sock = self.sockets.get(msg.src_tag)
         if sock is not None and msg.src_inc:
-            sock.link_lost((node_id, msg.dst_tag), msg.src_inc)
+            never: list[int] | None = None
+            if surely_not and msg.type in (m.DATA, m.BATCH):
+                first = msg.seq & SEQ_MASK
+                count = 1
+                if msg.type == m.BATCH:
+                    try:
+                        count = len(m.split_batch(msg.payload))
+                    except ProtocolViolation:
+                        count = 0
+                never = list(range(first, first + count))
+            sock.link_lost((node_id, msg.dst_tag), msg.src_inc, never)
         self.lost_messages += 1
 
     def peer_lost(self, node_id: str, now: float) -> None:

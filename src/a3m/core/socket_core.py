@@ -736,6 +736,11 @@ class SocketCore:
             self.check_send_keywords(kw)
         if not payloads:
             return 0
+        largest = max(map(len, payloads))
+        if largest > self.node.max_message_size - m.DATA_OVERHEAD_MAX:
+            raise MessageTooLarge(
+                f"{largest} bytes > the largest message this node sends "
+                f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
         if cookies is not None:
             if len(cookies) != len(payloads):
                 raise UsageError("send_many: one cookie per message (None for none)")
@@ -745,11 +750,6 @@ class SocketCore:
             while sent < len(payloads) and self.try_send(payloads[sent], cookies[sent], **kw):
                 sent += 1
             return sent
-        largest = max(map(len, payloads))
-        if largest > self.node.max_message_size - m.DATA_OVERHEAD_MAX:
-            raise MessageTooLarge(
-                f"{largest} bytes > the largest message this node sends "
-                f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
         return self.pattern_send_many(payloads, **kw)
 
     def _send_many_marked(self, payloads: list[bytes], cookies: list[Any]) -> int:

@@ -57,7 +57,8 @@ class ExonBridge:
                     receive(ev.source, ev.payload, now)
                 elif type(ev) is OutcomeUnknown or type(ev) is NotDelivered:
                     # Its node crashed, or was given up: its link cannot go on.
-                    core.message_lost(ev.destination, ev.payload, now)
+                    core.message_lost(ev.destination, ev.payload, now,
+                                      type(ev) is NotDelivered)
                 elif type(ev) is PeerUnreachable:
                     self.peer_unreachable(ev.peer, now)
                     events.extend(proto.drain_events())  # what abandon() reported
