@@ -49,6 +49,8 @@ _MISSING: Final = object()
 
 PeerId = tuple[str, str]
 Range = tuple[int, int]
+#: A decoded TAKEN: (final, number, taken ranges, dropped ranges).
+TakenReport = tuple[bool, int, list[Range], list[Range]]
 _NOBODY: Final = SocketId("", "")
 
 
@@ -94,7 +96,7 @@ def encode_taken(final: bool, number: int, taken: list[Range], dropped: list[Ran
     return b"".join(parts)
 
 
-def decode_taken(body: bytes) -> tuple[bool, int, list[Range], list[Range]]:
+def decode_taken(body: bytes) -> TakenReport:
     """``(final, number, taken, dropped)``; raises :class:`ProtocolViolation` on damage."""
     try:
         flags, number, nt, nd = TAKEN_HEAD.unpack_from(body, 0)

@@ -86,7 +86,7 @@ class Message:
     flow_seq: int = 0  # FLOW: orders FLOW messages (Exon does not)
     edge: int = 0  # FLOW: the peer may send DATA while its DATA count stays below this
     about: int = 0  # ERROR: the type of the message that caused it
-    extra: dict[str, object] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict, compare=False)  # derived, cached
 
 
 def _tag(tag: str) -> bytes:
@@ -142,6 +142,13 @@ def encode(msg: Message) -> bytes:
     ext = _tag(msg.src_tag) + _tag(msg.dst_tag) + INCS.pack(msg.src_inc, msg.dst_inc)
     rest = ext + body
     return FIXED.pack(VERSION, PROTO_SOCKET, t, len(rest)) + rest
+
+
+def encode_control_with_head(head: bytes, mtype: int, body: bytes) -> bytes:
+    """A message of a link's that has no sequence number (TAKEN) from its link's
+    :func:`data_head` (its extended header is the same)."""
+    return b"".join((_FIXED_PACK(VERSION, PROTO_SOCKET, mtype, len(head) + len(body)), head,
+                     body))
 
 
 def encode_data(src_tag: bytes, dst_tag: bytes, src_inc: int, dst_inc: int, seq: int,
@@ -386,7 +393,7 @@ def decode(data: bytes) -> Message:
                 raise _bad("bad PING length")
         elif t == TAKEN:
             msg.payload = data[off:]
-            decode_taken(msg.payload)  # (raises ProtocolViolation on damage)
+            msg.extra["taken"] = decode_taken(msg.payload)  # (raises on damage)
         else:
             raise _bad(f"unknown message type {t:#x}")
         return msg

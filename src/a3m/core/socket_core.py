@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate, chain
 from random import Random
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -24,7 +24,7 @@ from a3m.core.cookies import (
     SEQ_MASK,
     Cookie,
     CookieJar,
-    decode_taken,
+    TakenReport,
     encode_taken,
     taken_chunks,
 )
@@ -572,8 +572,8 @@ class SocketCore:
             link.takens_sent += 1
             body = encode_taken(final and i == len(chunks) - 1, link.takens_sent, taken,
                                 dropped)
-            self._emit(link.peer, Message(m.TAKEN, self.tag, link.peer[1], link.my_inc,
-                                          link.peer_inc, payload=body))
+            self.node.emit(link.peer[0], m.encode_control_with_head(self._head(link), m.TAKEN,
+                                                                    body))
 
     def link_ring(self) -> list[Link]:
         """Every link, in a stable order (rebuilt only when links come and go)."""
@@ -936,11 +936,11 @@ class SocketCore:
             self._on_link(peer, msg, now)
             return
         if t == m.TAKEN:  # for the sending side of a link, which may have ended already
-            try:
-                final, number, taken, dropped = decode_taken(msg.payload)
-            except ProtocolViolation:
-                return
-            self.jar.on_taken(peer, msg.dst_inc, final, number, taken, dropped)
+            got = msg.extra.get("taken")  # (m.decode parsed the body)
+            if isinstance(got, tuple):
+                report = cast(TakenReport, got)
+                self.jar.on_taken(peer, msg.dst_inc, report[0], report[1], report[2],
+                                  report[3])
             return
         link = self.links.get(peer)
         if t == m.ERROR:

@@ -333,7 +333,8 @@ class Node:
             now = time.monotonic()
             if self._taken_due < now:  # (else: an earlier report's delay runs already)
                 self._taken_due = now + TAKEN_DELAY_S
-            self._driver.wake_by(self._taken_due)
+            # No wake-up for it (that cost a REQ/REP round trip ~80 us): the next turn's
+            # deadline includes it, and the ACK of what was taken is due by then anyway.
         self._notify()
 
     def _after_send(self, now: float, sock: Socket | None = None) -> None:
