@@ -16,7 +16,7 @@ COMPILED_SOURCES := $(wildcard src/a3m/core/*.py src/a3m/exon/*.py src/a3m/exon/
 $(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip wheel 'setuptools>=77' >/dev/null
-	$(BIN)/python -m pip install -e '.[spark,bench,dev]'
+	$(BIN)/python -m pip install -e '.[spark,bench,dev,uvloop]'
 	touch $(STAMP)
 
 demo: $(STAMP)
