@@ -3,7 +3,9 @@ secure layer, core, patterns) hand datagrams to each other directly; the time is
 sans-I/O work, the floor under ``a3m bench reqrep``'s latency beside the kernel's and the
 runtime's. ``--layers`` shares it out by package as cProfile's own time does::
 
-    .venv/bin/python bench/rr_path.py [--insecure] [--layers] [--round-trips 20000]
+    .venv/bin/python bench/rr_path.py [--insecure] [--cookies] [--layers] [--round-trips 20000]
+
+``--cookies``: each request carries a cookie (its outcome read every 64 round trips).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ LAYERS = (("/a3m/exon/secure/", "exon.secure"), ("/a3m/exon/", "exon"), ("/a3m/c
 
 
 class RoundTrips:
-    def __init__(self, secure: bool) -> None:
+    def __init__(self, secure: bool, cookies: bool = False) -> None:
+        self.cookies = cookies
+        self.count = 0
         cfg = ExonConfig(secure=secure)
         rng = Random(1)
         self.cli, self.srv = NodeHost("cli", rng, cfg), NodeHost("srv", rng, cfg)
@@ -51,7 +55,8 @@ class RoundTrips:
 
     def one(self) -> None:
         self.now += 0.0001
-        if not self.req.try_send(b"x" * 64):
+        self.count += 1
+        if not self.req.try_send(b"x" * 64, self.count if self.cookies else None):
             raise RuntimeError("REQ could not send")
         self._move(self.cli)  # the request goes out and into the server
         self._move(self.srv)  # the server's events reach its core
@@ -62,15 +67,18 @@ class RoundTrips:
         self._move(self.cli)
         if self.req.try_recv() is None:
             raise RuntimeError("no reply at the REQ")
+        if self.cookies and self.count % 64 == 0 and len(self.req.take_cookies(64)) != 64:
+            raise RuntimeError("outcomes missing")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--insecure", action="store_true")
     ap.add_argument("--layers", action="store_true")
+    ap.add_argument("--cookies", action="store_true")
     ap.add_argument("--round-trips", type=int, default=20000)
     args = ap.parse_args()
-    rt = RoundTrips(not args.insecure)
+    rt = RoundTrips(not args.insecure, args.cookies)
     for _ in range(2000):
         rt.one()
     n = args.round_trips
@@ -78,7 +86,8 @@ def main() -> None:
     for _ in range(n):
         rt.one()
     us = (time.perf_counter() - t0) / n * 1e6
-    print(f"{'opt-out' if args.insecure else 'secure'}: {us:.1f} us per round trip, both sides")
+    print(f"{'opt-out' if args.insecure else 'secure'}{' with cookies' if args.cookies else ''}: "
+          f"{us:.1f} us per round trip, both sides")
     if args.layers:
         prof = cProfile.Profile()
         prof.enable()
