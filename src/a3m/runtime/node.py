@@ -51,9 +51,9 @@ _EXON_FIELDS = {f.name for f in fields(ExonConfig)}
 #: While an inbox holds messages sent with a cookie, the I/O thread looks this often for
 #: those the application took (their outcome is reported at that turn, or sooner).
 AHEAD_LOOK_S = 0.002
-#: A report of what the application took (cookies) waits this long for other output to ride
-#: with (a REP's reply follows its recv), as an ACK waits for a reply.
-TAKEN_DELAY_S = 0.001
+#: A report of what the application took (cookies) waits at most this long for other output
+#: to ride with (a REP's reply follows its recv) or for a turn (an ACK's, usually sooner).
+TAKEN_DELAY_S = 0.02
 
 
 class Node:
@@ -333,8 +333,10 @@ class Node:
             now = time.monotonic()
             if self._taken_due < now:  # (else: an earlier report's delay runs already)
                 self._taken_due = now + TAKEN_DELAY_S
-            # No wake-up for it (that cost a REQ/REP round trip ~80 us): the next turn's
-            # deadline includes it, and the ACK of what was taken is due by then anyway.
+            # A turn by then (waking the I/O thread only if it would sleep past it: a wake-up
+            # per REQ/REP round trip cost ~80 us; the ACK of what was taken usually brings a
+            # turn sooner).
+            self._driver.wake_by(self._taken_due)
         self._notify()
 
     def _after_send(self, now: float, sock: Socket | None = None) -> None:
