@@ -454,7 +454,8 @@ class LoopDriver:
             try:
                 buf, view = self._buf, self._view
                 recv = self._sock.recvfrom_into
-                feed = proto.receive_datagram
+                batch: list[tuple[bytes, Any]] = []  # handed over whole: live sessions first
+                take = batch.append
                 now = time.monotonic()
                 look = self._readable
                 for i in range(DRAIN_BURST):
@@ -471,7 +472,9 @@ class LoopDriver:
                         self._poll_choice.record(self._wait_polled,
                                                  time.perf_counter() - self._wait_t0)
                         self._wait_t0 = 0.0
-                    feed(bytes(view[:n]), addr, now)
+                    take((bytes(view[:n]), addr))
+                if batch:
+                    proto.receive_datagrams(batch, now)
                 proto.handle_timer(now)
                 events = self._events
                 events.extend(proto.drain_events())
