@@ -119,7 +119,7 @@ def test_a_node_started_again_with_the_same_id_and_port_ends_the_linger() -> Non
         assert b.close(timeout=5) is True
 
 
-def test_an_unclean_close_does_not_linger() -> None:
+def test_a_close_whose_revocation_is_never_confirmed_is_not_clean() -> None:
     a = Endpoint("a", close_revoke_timeout_s=0.3)
     b = Endpoint("b")
     a.associate("b", b.address)
