@@ -136,3 +136,32 @@ def test_an_ack_lost_with_its_datagram_is_repeated_by_the_next_one() -> None:
     assert net.run(0.05, lambda: first in net.receipts and second in net.receipts)
     assert net.nodes["a"].stats.retransmits == 0
     assert net.receipts[first] == net.receipts[second]  # one ACK answered both
+
+
+def test_a_widened_time_threshold_narrows_after_losses_with_no_spurious_retransmission(
+) -> None:
+    """Spurious retransmissions widen the time threshold by a quarter each; 16 losses
+    declared since the last of them narrow it by a quarter (RACK's reo_wnd_persist), down to
+    9/8 RTT again; a new spurious retransmission widens it again and restarts the count."""
+    from a3m.exon.recovery import LOSSES_TO_NARROW, TIME_THRESHOLD, PathRecovery
+
+    path = PathRecovery(0.2, 0.002, 60.0, 1400)
+    path.on_rtt_sample(0.010)
+    base = path.loss_delay()
+    assert base == TIME_THRESHOLD * 0.010
+    for _ in range(2):
+        path.on_spurious()
+    assert path.loss_delay() == base * 1.5
+    for _ in range(LOSSES_TO_NARROW - 1):
+        path.on_lost(1400)
+    assert path.loss_delay() == base * 1.5  # not yet
+    path.on_lost(1400)
+    assert path.loss_delay() == base * 1.25
+    path.on_spurious()  # late copies again: wider, and the count starts over
+    assert path.loss_delay() == base * 1.5
+    for _ in range(2 * LOSSES_TO_NARROW - 1):
+        path.on_lost(1400)
+    assert path.loss_delay() == base * 1.25
+    for _ in range(10 * LOSSES_TO_NARROW):
+        path.on_lost(1400)
+    assert path.loss_delay() == base  # never below the unwidened threshold
