@@ -165,3 +165,31 @@ def test_a_widened_time_threshold_narrows_after_losses_with_no_spurious_retransm
     for _ in range(10 * LOSSES_TO_NARROW):
         path.on_lost(1400)
     assert path.loss_delay() == base  # never below the unwidened threshold
+
+
+def test_an_ack_in_two_frames_is_read_whole_before_anything_is_taken_for_lost() -> None:
+    """An ACK with more ranges than one frame holds comes as several frames. When the first
+    acknowledges a retransmitted token (a late transmission number) and the second the
+    first transmissions sent before it, nothing is lost: loss detection waits for the end of
+    the datagram. (Run frame by frame, the first frame made every token of the second look
+    overtaken, and each was sent again needlessly: the spurious retransmissions that, on a
+    path with a shallow queue, turned the packet threshold off and widened the time one.)"""
+    net = rpc_net()
+    warm(net)
+    a = net.nodes["a"]
+    net.drop = lambda s, d, frames, now: s == "b"  # b's ACKs are lost: a's probe fires
+    for i in range(10):
+        net.send("a", "b", b"m%d" % i)
+    rec = a._sr["b"]
+    first = next(iter(rec.tokens))
+    assert net.run(0.05, lambda: rec.tokens[first][4] > 1)  # the probe sent it again
+    again = [s for s, tok in rec.tokens.items() if tok[4] > 1]  # (a probe sends two)
+    rest = [s for s, tok in rec.tokens.items() if tok[4] == 1]
+    assert len(rest) >= 5 and max(again) < min(rest)
+    rtx = a.stats.retransmits
+    r = rec.tokens[first][1]
+    datagram = (wire.encode_header("b", "a") + wire.encode_ack(r, wire.to_ranges(again))
+                + wire.encode_ack(r, wire.to_ranges(rest)))
+    a.receive_datagram(datagram, "b", net.now)
+    assert not rec.tokens  # all acknowledged
+    assert a.stats.retransmits == rtx  # and none of them taken for lost on the way

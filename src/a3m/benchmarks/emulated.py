@@ -243,11 +243,19 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
             _ready()
             sock.recv(timeout=60)
             t0, got = clock(), 1
+            last, stall, stall_at = t0, 0.0, 0
             while got < messages:
                 sock.recv(timeout=60)
                 got += 1
+                t = clock()
+                if t - last > stall:
+                    stall, stall_at = t - last, got
+                last = t
             st = node.stats["exon"]
             extra = {k: st[k] for k in ("datagrams_in", "duplicates", "datagrams_out")}
+            # the longest wait between two messages, and the message it ended at: a stream
+            # that lost most of its rate to one stall shows it here
+            extra.update(longest_stall_ms=round(stall * 1e3, 1), stall_at=stall_at)
     elif system == "pyzmq":
         import zmq
 

@@ -387,8 +387,8 @@ class SenderPart(ProtocolState):
             self.stats.congestion_events += path.congestion_events - events
         if largest > path.largest_acked:
             path.largest_acked = largest
-        if tokens:
-            self._detect_losses(rec, now)
+        if tokens and rec not in self._ack_detect:
+            self._ack_detect.append(rec)  # at the end of the datagram (_detect_acked)
         if rec.queue:
             self._pump(rec, now)
         elif not tokens:
@@ -403,6 +403,14 @@ class SenderPart(ProtocolState):
         if self._blocked:
             self._blocked = False
             self._events.append(Writable())
+
+    def _detect_acked(self, now: float) -> None:
+        """Loss detection for the records the datagram just read acknowledged tokens of."""
+        recs = self._ack_detect
+        for rec in recs:
+            if rec.alive and rec.tokens:
+                self._detect_losses(rec, now)
+        recs.clear()
 
     def _detect_losses(self, rec: SendRecord, now: float) -> None:
         """Declare lost, and send again at once, each token acknowledged transmissions overtook
