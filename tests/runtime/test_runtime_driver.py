@@ -108,3 +108,61 @@ def test_parse_bind() -> None:
     for bad in ("localhost", "127.0.0.1:x", ""):
         with pytest.raises(ValueError):
             parse_bind(bad)
+
+
+class _SlowReads:
+    """A socket whose every read takes 5 ms of a fake clock (another thread held the
+    interpreter meanwhile), three datagrams, then nothing."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.left = 3
+
+    def recvfrom_into(self, buf: bytearray) -> tuple[int, tuple[str, int]]:
+        self.clock[0] += 0.005
+        if not self.left:
+            raise BlockingIOError
+        self.left -= 1
+        buf[:4] = b"junk"
+        return 4, ("127.0.0.1", 9)
+
+    def sendto(self, data: bytes, addr: Any) -> int:
+        return len(data)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, float]] = []
+
+    def receive_datagrams(self, batch: list[tuple[bytes, Any]], now: float) -> None:
+        self.batches.append((len(batch), now))
+
+    def handle_timer(self, now: float) -> None:
+        pass
+
+    def drain_events(self) -> list[Event]:
+        return []
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]:
+        return []
+
+
+def test_datagrams_read_in_a_turn_are_handled_at_the_time_after_the_reads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read lets another thread run; a time taken before the reads could be
+    milliseconds older than the ACKs read, and RTT samples came out shorter than the path's
+    (the congestion window, sized from the least RTT, then shrank). The turn hands the batch
+    over with the time read after the last read."""
+    d = Driver(ExonProtocol("t", rng=Random(1), clock_store=MemoryClockStore(1)),
+               "127.0.0.1:0", lambda ev, now: None)
+    d.stop()
+    clock = [100.0]
+    monkeypatch.setattr("a3m.runtime.driver.time.monotonic", lambda: clock[0])
+    rec = _Recorder()
+    d.proto = rec  # type: ignore[assignment]
+    d._sock = _SlowReads(clock)  # type: ignore[assignment]
+    d._readable = lambda timeout: True
+    d._turn(d._buf, d._view)
+    # 4 reads (the last finds nothing): 20 ms after the turn began
+    assert len(rec.batches) == 1 and rec.batches[0][0] == 3
+    assert rec.batches[0][1] == pytest.approx(100.020)

@@ -78,7 +78,7 @@ def test_partitions_that_heal() -> None:
 def test_address_changes_mid_stream(mover: str) -> None:
     net = Network(seed_from_env(31), LinkModel(loss=0.1, dup=0.1, reorder=0.2))
     cluster = ExonCluster(net, ["src", "dst"], FAST)
-    cluster.flow("src", "dst", 40_000)
+    cluster.flow("src", "dst", 80_000)  # long enough to run past the last move
     moving = "dst" if mover == "receiver" else "src"
 
     def move() -> None:
@@ -303,9 +303,9 @@ def test_sessions_rekeyed_and_expired_mid_stream_lose_and_double_nothing(seed: i
     cfg = dataclasses.replace(FAST, rekey_after_s=0.15, session_idle_s=0.5)
     net = Network(seed_from_env(seed), LinkModel(loss=0.15, dup=0.1, reorder=0.3))
     cluster = ExonCluster(net, ["a", "b", "c"], cfg)
-    cluster.flow("a", "b", 20_000)
-    cluster.flow("b", "a", 20_000)
-    cluster.flow("c", "a", 5_000)
+    cluster.flow("a", "b", 40_000)  # long enough for 10 handshakes mid-stream
+    cluster.flow("b", "a", 40_000)
+    cluster.flow("c", "a", 10_000)
     finish(cluster)
     started = sum(app.proto.stats.handshakes_started for app in cluster.apps.values())
     assert started >= 10, started  # the sessions really were replaced mid-stream

@@ -22,6 +22,9 @@ def a3m(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     (("--loss", "abc"), "--loss takes percentages"),
     (("--loss", "150"), "within 0..100"),
     (("--concurrency", "0"), "--concurrency >= 1"),
+    (("--loss-model", "nosuch"), "--loss-model takes random, burst"),
+    (("--loss-model", "burst,ack"), "one --loss-model"),
+    (("--loss-model", "burst", "--burst-len", "0.5"), "--burst-len >= 1"),
 ])
 def test_bad_arguments_are_refused_clearly(args: tuple[str, ...], says: str) -> None:
     r = a3m("bench", "rpc", *args)
@@ -45,6 +48,9 @@ def test_a_short_rpc_run_on_the_emulated_path() -> None:
     for row in rows:
         assert "error" not in row, row
         assert row["round_trips"] > 0 and row["p99_ms"] >= row["p50_ms"] >= 2.0
+    # A3M twice, per-link order off and on, in one run
+    assert sorted(r["ordered"] for r in rows if r["system"] == "a3m") == [False, False, True,
+                                                                          True]
     a3m_lossy = next(r for r in rows if r["system"] == "a3m" and r["loss_pct"] == 5.0)
     assert a3m_lossy["path_stats"]["ab"]["lost"] > 0  # the path did drop packets
     assert a3m_lossy["round_trips"] > 100  # ~2 ms round trips, losses cost a few ms
@@ -53,9 +59,14 @@ def test_a_short_rpc_run_on_the_emulated_path() -> None:
 @pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 def test_a_short_stream_on_the_emulated_path() -> None:
     r = a3m("bench", "pushpull", "--loss", "5", "--delay", "1", "--messages", "5000",
-            "--json")
+            "--loss-model", "random,ack", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     rows = json.loads(r.stdout)["results"]
+    assert {row["model"] for row in rows} == {"random", "ack"}
     for row in rows:
         assert "error" not in row, row
         assert row["received"] == 5000 and row["msgs_per_s"] > 0
+        ab, ba = row["path_stats"]["ab"], row["path_stats"]["ba"]
+        assert ba["lost"] > 0 and (ab["lost"] > 0) == (row["model"] == "random")
+        if row["system"] == "a3m":
+            assert "retransmits" in row["sender"] and "duplicates" in row

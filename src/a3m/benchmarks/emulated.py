@@ -26,10 +26,10 @@ from collections.abc import Callable
 from typing import Any
 
 from a3m.testing.netem import (
-    Impairment,
     LossyLoopback,
     NetemUnavailable,
     NetPath,
+    model_path,
     nft_unavailable,
     unavailable,
 )
@@ -74,7 +74,11 @@ def serve(system: str, host: str, concurrency: int, duration: float, ordered: bo
                     break
                 router.send(m.payload, to=m.source, timeout=10)
                 served += 1
+            st = node.stats["exon"]
+            extra = {k: st[k] for k in ("retransmits", "probe_timeouts", "fast_retransmits",
+                                        "duplicates", "datagrams_out")}
             node.close(timeout=2)
+            return {"served": served, **extra}
     elif system == "pyzmq":
         import zmq
 
@@ -239,11 +243,19 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
             _ready()
             sock.recv(timeout=60)
             t0, got = clock(), 1
+            last, stall, stall_at = t0, 0.0, 0
             while got < messages:
                 sock.recv(timeout=60)
                 got += 1
+                t = clock()
+                if t - last > stall:
+                    stall, stall_at = t - last, got
+                last = t
             st = node.stats["exon"]
             extra = {k: st[k] for k in ("datagrams_in", "duplicates", "datagrams_out")}
+            # the longest wait between two messages, and the message it ended at: a stream
+            # that lost most of its rate to one stall shows it here
+            extra.update(longest_stall_ms=round(stall * 1e3, 1), stall_at=stall_at)
     elif system == "pyzmq":
         import zmq
 
@@ -351,14 +363,18 @@ def available() -> list[str]:
 
 
 def open_path(loss_pct: float, delay_ms: float, jitter_ms: float, rate_mbit: float,
-              seed: int, kind: str = "auto") -> NetPath | LossyLoopback:
-    """The path to measure on: the lossy loopback namespace for ``delay 0`` when nft is
-    there (``kind`` "auto" or "loopback"), else the TUN emulator."""
-    if kind == "loopback" or (kind == "auto" and delay_ms == 0 and jitter_ms == 0
-                              and rate_mbit == 0 and nft_unavailable() is None):
+              seed: int, kind: str = "auto", model: str = "random", burst_len: float = 3.0,
+              queue_ms: float = 2.0) -> NetPath | LossyLoopback:
+    """The path to measure on: the lossy loopback namespace for random loss and ``delay 0``
+    when nft is there (``kind`` "auto" or "loopback"), else the TUN emulator losing
+    ``loss_pct`` the way ``model`` says (:func:`a3m.testing.netem.model_path`)."""
+    if kind == "loopback" or (kind == "auto" and model == "random" and delay_ms == 0
+                              and jitter_ms == 0 and rate_mbit == 0
+                              and nft_unavailable() is None):
         return LossyLoopback(loss_pct)
-    return NetPath(Impairment(delay_ms=delay_ms, jitter_ms=jitter_ms, loss=loss_pct / 100,
-                              rate_mbit=rate_mbit), seed=seed)
+    ab, ba = model_path(model, loss_pct / 100, delay_ms=delay_ms, jitter_ms=jitter_ms,
+                        rate_mbit=rate_mbit, burst_len=burst_len, queue_ms=queue_ms)
+    return NetPath(ab, ba, seed=seed)
 
 
 def _pair(path: NetPath | LossyLoopback, server: list[str], client: list[str],
@@ -403,60 +419,102 @@ def require_root() -> None:
 def run_rpc(losses: list[float], delay_ms: float = 0.0, jitter_ms: float = 0.0,
             rate_mbit: float = 0.0, concurrency: int = 1, duration: float = 10.0,
             size: int = 64, systems: list[str] | None = None, seed: int = 1,
-            ordered: bool = False, progress: Callable[[str], None] = lambda s: None
-            ) -> dict[str, Any]:
-    """Round trips over the emulated path, for each loss rate and system. A3M's DEALER and
-    ROUTER keep per-link order only with ``ordered`` (concurrent independent requests need
-    none, and order would hold every later reply behind a lost one, as TCP does)."""
+            orders: tuple[bool, ...] = (False, True), model: str = "random",
+            progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Round trips over the emulated path, for each loss rate and system. A3M runs once per
+    entry of ``orders``: DEALER and ROUTER with per-link order off (``False``: independent
+    requests need none) and on (``True``: a lost request holds every later reply, as TCP
+    does), so the cost of order shows beside the rest in one run."""
     require_root()
     systems = systems or available()
-    flags = ["--ordered"] if ordered else []
     rows = []
     for loss in losses:
         for system in systems:
-            path = open_path(loss, delay_ms, jitter_ms, rate_mbit, seed)
-            with path:
-                progress(f"rpc {system} loss {loss} % delay {delay_ms} ms x{concurrency}")
-                r = _pair(path, ["serve", system, path.addr_b, "--concurrency",
-                                 str(concurrency), "--duration", str(duration), "--cpu", "0",
-                                 *flags],
-                          ["call", system, path.addr_b, "--concurrency", str(concurrency),
-                           "--duration", str(duration), "--size", str(size), "--cpu", "1",
-                           *flags], timeout=duration + 180)
-            r.update(system=system, loss_pct=loss, path=path.describe(),
-                     path_stats=path.stats)
-            rows.append(r)
-            progress(f"  -> {r.get('rt_per_s', r.get('error'))} rt/s, p99 {r.get('p99_ms')} ms")
+            for ordered in (orders if system == "a3m" else (False,)):
+                flags = ["--ordered"] if ordered and system == "a3m" else []
+                name = system + (" ordered" if flags else
+                                 " unordered" if system == "a3m" else "")
+                path = open_path(loss, delay_ms, jitter_ms, rate_mbit, seed, model=model)
+                with path:
+                    progress(f"rpc {name} loss {loss} % ({model}) delay {delay_ms} ms "
+                             f"x{concurrency}")
+                    r = _pair(path, ["serve", system, path.addr_b, "--concurrency",
+                                     str(concurrency), "--duration", str(duration), "--cpu",
+                                     "0", *flags],
+                              ["call", system, path.addr_b, "--concurrency", str(concurrency),
+                               "--duration", str(duration), "--size", str(size), "--cpu", "1",
+                               *flags], timeout=duration + 180)
+                r.update(system=system, loss_pct=loss, path=path.describe(),
+                         path_stats=path.stats)
+                if system == "a3m":
+                    r["ordered"] = ordered
+                rows.append(r)
+                progress(f"  -> {r.get('rt_per_s', r.get('error'))} rt/s, "
+                         f"p99 {r.get('p99_ms')} ms")
     return {"workload": "rpc", "delay_ms": delay_ms, "jitter_ms": jitter_ms,
             "rate_mbit": rate_mbit, "concurrency": concurrency, "duration_s": duration,
-            "size": size, "a3m_ordered": ordered, "results": rows}
+            "size": size, "model": model, "a3m_orders": list(orders), "results": rows}
 
 
 def run_stream(losses: list[float], delay_ms: float = 0.0, rate_mbit: float = 0.0,
                messages: int = 100_000, size: int = 64, systems: list[str] | None = None,
-               seed: int = 1, progress: Callable[[str], None] = lambda s: None
-               ) -> dict[str, Any]:
-    """One-way messages over the emulated path, for each loss rate and system."""
+               seed: int = 1, models: tuple[str, ...] = ("random",), jitter_ms: float = 0.0,
+               burst_len: float = 3.0, queue_ms: float = 2.0,
+               progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """One-way messages over the emulated path, for each loss model, loss rate and system.
+    Each A3M row carries ``of_clean`` (its rate over A3M's on the clean path: no loss, the
+    same delay and rate, no model) and ``of_model_at_0`` (over A3M's at 0 % in the same
+    model: the queue's or the jitter's own cost taken out) when those rows were measured."""
     require_root()
     systems = systems or available()
     rows = []
-    for loss in losses:
-        for system in systems:
-            path = open_path(loss, delay_ms, 0.0, rate_mbit, seed)
-            with path:
-                progress(f"pushpull {system} loss {loss} % delay {delay_ms} ms")
-                r = _pair(path, ["pull", system, path.addr_b, "--messages", str(messages),
-                                 "--cpu", "0"],
-                          ["push", system, path.addr_b, "--messages", str(messages),
-                           "--size", str(size), "--cpu", "1"], timeout=600)
-                srv = r.pop("server", {})
-                r = {**srv, "sender": r}
-            r.update(system=system, loss_pct=loss, path=path.describe(),
-                     path_stats=path.stats)
-            rows.append(r)
-            progress(f"  -> {r.get('msgs_per_s', r.get('error'))} msg/s")
+    for model in models:
+        for loss in losses:
+            if loss == 0 and model in _CLEAN_AT_0 and any(
+                    m in _CLEAN_AT_0 for m in models[:models.index(model)]):
+                continue  # the same clean path, measured already
+            for system in systems:
+                path = open_path(loss, delay_ms, jitter_ms, rate_mbit, seed, model=model,
+                                 burst_len=burst_len, queue_ms=queue_ms)
+                with path:
+                    progress(f"pushpull {system} {model} loss {loss} % delay {delay_ms} ms")
+                    r = _pair(path, ["pull", system, path.addr_b, "--messages",
+                                     str(messages), "--cpu", "0"],
+                              ["push", system, path.addr_b, "--messages", str(messages),
+                               "--size", str(size), "--cpu", "1"], timeout=600)
+                    srv = r.pop("server", {})
+                    r = {**srv, "sender": r}
+                r.update(system=system, model=model, loss_pct=loss, path=path.describe(),
+                         path_stats=path.stats)
+                rows.append(r)
+                progress(f"  -> {r.get('msgs_per_s', r.get('error'))} msg/s")
+    _shares(rows)
     return {"workload": "pushpull-emulated", "delay_ms": delay_ms, "rate_mbit": rate_mbit,
-            "messages": messages, "size": size, "results": rows}
+            "jitter_ms": jitter_ms, "burst_len": burst_len, "queue_ms": queue_ms,
+            "models": list(models), "messages": messages, "size": size, "results": rows}
+
+
+#: Loss models whose path at 0 % is the clean path (no queue cut, no jitter added).
+_CLEAN_AT_0 = ("random", "burst", "data", "ack")
+
+
+def _shares(rows: list[dict[str, Any]]) -> None:
+    """Each row's rate over its system's clean-path rate and over its model's 0 % rate."""
+    def rate(system: str, models: tuple[str, ...]) -> float:
+        for r in rows:
+            if r["system"] == system and r["model"] in models and r["loss_pct"] == 0:
+                return float(r.get("msgs_per_s") or 0)
+        return 0.0
+
+    for r in rows:
+        if not r.get("msgs_per_s"):
+            continue
+        clean = rate(r["system"], _CLEAN_AT_0)
+        own = clean if r["model"] in _CLEAN_AT_0 else rate(r["system"], (r["model"],))
+        if clean:
+            r["of_clean"] = round(r["msgs_per_s"] / clean, 3)
+        if own:
+            r["of_model_at_0"] = round(r["msgs_per_s"] / own, 3)
 
 
 def plot(result: dict[str, Any], path: str) -> None:
@@ -467,17 +525,24 @@ def plot(result: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     rows = result["results"]
-    systems = sorted({r["system"] for r in rows}, key=SYSTEMS.index)
     rpc = result["workload"] == "rpc"
+    several = len(result.get("models", ())) > 1
+
+    def line(r: dict[str, Any]) -> str:
+        order = "" if "ordered" not in r else " ordered" if r["ordered"] else " unordered"
+        return r["system"] + order + (f" ({r['model']})" if several else "")
+
+    lines = sorted({line(r) for r in rows},
+                   key=lambda name: (SYSTEMS.index(name.split()[0]), name))
     fig, axes = plt.subplots(1, 2 if rpc else 1, figsize=(10 if rpc else 5.5, 4), squeeze=False)
     metric = "rt_per_s" if rpc else "msgs_per_s"
-    for system in systems:
-        mine = sorted((r for r in rows if r["system"] == system and metric in r),
+    for name in lines:
+        mine = sorted((r for r in rows if line(r) == name and metric in r),
                       key=lambda r: r["loss_pct"])
         xs = [r["loss_pct"] for r in mine]
-        axes[0][0].plot(xs, [r[metric] for r in mine], marker="o", label=system)
+        axes[0][0].plot(xs, [r[metric] for r in mine], marker="o", label=name)
         if rpc:
-            axes[0][1].plot(xs, [r["p99_ms"] for r in mine], marker="o", label=system)
+            axes[0][1].plot(xs, [r["p99_ms"] for r in mine], marker="o", label=name)
     title = (f"delay {result['delay_ms']} ms each way"
              + (f", {result['rate_mbit']} Mbit/s" if result.get("rate_mbit") else "")
              + (f", {result['concurrency']} in flight" if rpc else ""))

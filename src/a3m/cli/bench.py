@@ -107,9 +107,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "pynng REQ contexts)")
     g.add_argument("--duration", type=float, default=10.0, metavar="S",
                    help="rpc: seconds per system and loss rate (default 10)")
-    g.add_argument("--ordered", action="store_true",
-                   help="rpc: keep A3M's per-link order (off by default: independent "
-                        "requests need none, and order holds replies behind a lost one)")
+    g.add_argument("--order", choices=("both", "ordered", "unordered"), default="both",
+                   help="rpc: A3M's DEALER/ROUTER with per-link order off, on, or both one "
+                        "after the other (default both: independent requests need no order, "
+                        "and order holds replies behind a lost one)")
+    g.add_argument("--loss-model", default="random", metavar="MODEL[,MODEL...]",
+                   help="how the path loses --loss: random, burst (Gilbert-Elliott), data "
+                        "(towards the server or receiver only), ack (back only), queue "
+                        "(random plus a shallow queue at --rate), jitter (random plus delay "
+                        "jitter that reorders), or all; a list runs each (default random)")
+    g.add_argument("--burst-len", type=float, default=3.0, metavar="PKTS",
+                   help="burst model: mean packets a burst loses (default 3)")
+    g.add_argument("--queue-ms", type=float, default=2.0, metavar="MS",
+                   help="queue model: the rate limit's queue, in ms of transmission "
+                        "(default 2)")
 
 
 def _error(msg: str) -> int:
@@ -173,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workload == "storm":
         return _storm(args)
     if args.workload == "rpc" or (args.workload == "pushpull" and (
-            args.loss is not None or args.delay is not None or args.rate)):
+            args.loss is not None or args.delay is not None or args.rate
+            or args.loss_model != "random")):
         return _emulated(args, plot)
 
     from a3m.benchmarks.registry import WORKLOADS, run_bench
@@ -341,17 +353,31 @@ def _emulated(args: argparse.Namespace, plot: str | None) -> int:
         return _error("--loss percentages must be within 0..100")
     if args.concurrency < 1 or args.duration <= 0 or args.size < 16:
         return _error("need --concurrency >= 1, --duration > 0 and --size >= 16")
+    from a3m.testing.netem import MODELS
+
+    models = tuple(MODELS if args.loss_model.strip() == "all" else
+                   (m.strip() for m in args.loss_model.split(",") if m.strip()))
+    if not models or any(m not in MODELS for m in models):
+        return _error(f"--loss-model takes {', '.join(MODELS)} or all, separated by commas, "
+                      f"not {args.loss_model!r}")
+    if args.workload == "rpc" and len(models) != 1:
+        return _error("rpc takes one --loss-model a run")
+    if args.burst_len < 1 or args.queue_ms <= 0:
+        return _error("need --burst-len >= 1 and --queue-ms > 0")
+    orders = {"both": (False, True), "ordered": (True,), "unordered": (False,)}[args.order]
 
     try:
         if args.workload == "rpc":
             result = emulated.run_rpc(losses, delay_ms=args.delay or 0.0, jitter_ms=args.jitter,
                                       rate_mbit=args.rate, concurrency=args.concurrency,
                                       duration=args.duration, size=args.size,
-                                      ordered=args.ordered, progress=_progress)
+                                      orders=orders, model=models[0], progress=_progress)
         else:
             result = emulated.run_stream(losses, delay_ms=args.delay or 0.0,
                                          rate_mbit=args.rate, messages=args.messages,
-                                         size=args.size, progress=_progress)
+                                         size=args.size, models=models,
+                                         jitter_ms=args.jitter, burst_len=args.burst_len,
+                                         queue_ms=args.queue_ms, progress=_progress)
     except NetemUnavailable as exc:
         return _error(f"{args.workload} over an emulated path: {exc}")
     text = _save(result, args, plot, emulated.plot)
@@ -367,19 +393,33 @@ def _emulated_table(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     rpc = result["workload"] == "rpc"
+    model = result.get("model") or ",".join(result.get("models", ["random"]))
     table = Table(title=f"a3m bench {result['workload']} (delay {result['delay_ms']} ms"
-                        f"{', x' + str(result['concurrency']) if rpc else ''})")
-    for col in ("system", "loss %") + (("rt/s", "p50 ms", "p99 ms", "max ms") if rpc
-                                        else ("msg/s",)):
+                        f"{', x' + str(result['concurrency']) if rpc else ''}, {model} loss)")
+    cols: tuple[str, ...] = ("system", "loss %")
+    cols += (("rt/s", "p50 ms", "p99 ms", "max ms") if rpc else
+             ("model", "msg/s", "of clean", "of model at 0", "retransmits", "probe timeouts",
+              "congestion events", "duplicates", "path lost"))
+    for col in cols:
         table.add_column(col, justify="right")
     for r in result["results"]:
+        name = r["system"] + ("" if "ordered" not in r else
+                              " ordered" if r["ordered"] else " unordered")
         if "error" in r:
-            table.add_row(r["system"], str(r["loss_pct"]), r["error"])
+            table.add_row(name, str(r["loss_pct"]), r["error"])
         elif rpc:
-            table.add_row(r["system"], str(r["loss_pct"]), f"{r['rt_per_s']:,.1f}",
+            table.add_row(name, str(r["loss_pct"]), f"{r['rt_per_s']:,.1f}",
                           str(r["p50_ms"]), str(r["p99_ms"]), str(r["max_ms"]))
         else:
-            table.add_row(r["system"], str(r["loss_pct"]), f"{r.get('msgs_per_s', 0):,}")
+            snd, ps = r.get("sender", {}), r.get("path_stats", {})
+            lost = sum(d.get(k, 0) for d in ps.values() if isinstance(d, dict)
+                       for k in ("lost", "burst_lost", "queue_drops"))
+            table.add_row(name, str(r["loss_pct"]), r.get("model", "random"),
+                          f"{r.get('msgs_per_s', 0):,}", str(r.get("of_clean", "")),
+                          str(r.get("of_model_at_0", "")), str(snd.get("retransmits", "")),
+                          str(snd.get("probe_timeouts", "")),
+                          str(snd.get("congestion_events", "")),
+                          str(r.get("duplicates", "")), str(lost or ps.get("dropped", "")))
     Console(stderr=True).print(table)
 
 

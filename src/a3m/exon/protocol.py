@@ -287,6 +287,8 @@ class ExonProtocol(LivenessPart):
             else:
                 self._on_revoked(src, f[1], f[2], now)
                 rr = self._rr.get(src)
+        if self._ack_detect:
+            self._detect_acked(now)
         if n_deliv:
             st.delivered += n_deliv
             st.delivered_bytes += n_bytes

@@ -46,6 +46,9 @@ TIME_THRESHOLD = 9 / 8
 SPURIOUS_FOR_REORDERING = 3
 #: Most quarters of extra time threshold after spurious retransmissions (up to 4x).
 MAX_REORDER_QUARTERS = 12
+#: Losses declared with no spurious retransmission among them after which the widened time
+#: threshold narrows by a quarter (RACK's reo_wnd_persist, RFC 8985 6.2: 16 recoveries).
+LOSSES_TO_NARROW = 16
 #: Consecutive probe timeouts without any acknowledgement taken as persistent congestion.
 PERSISTENT_PTOS = 3
 #: Before any RTT sample, this many probe timeouts in a row keep the initial timeout; the
@@ -84,7 +87,7 @@ class PathRecovery:
     __slots__ = (
         "srtt", "rttvar", "min_rtt", "latest_rtt", "sampled", "initial_pto", "peer_ack_delay",
         "pto_count", "pto", "backoff_cap", "seq", "largest_acked", "packet_threshold",
-        "reorder_quarters", "spurious",
+        "reorder_quarters", "spurious", "losses_since_spurious",
         "mds", "cwnd", "min_window", "inflight", "bw", "round_start", "round_acked",
         "round_lost", "loss_rate", "congestion_events", "cwnd_tokens", "token_bytes",
     )
@@ -109,6 +112,7 @@ class PathRecovery:
         self.packet_threshold = PACKET_THRESHOLD
         self.reorder_quarters = 0  # the time threshold widened by this many quarters
         self.spurious = 0
+        self.losses_since_spurious = 0  # loss declarations since the last spurious one
         self.mds = mds
         self.min_window = MIN_WINDOW_DATAGRAMS * mds
         self.cwnd = min(INITIAL_WINDOW_DATAGRAMS * mds, max(14720, self.min_window))
@@ -194,6 +198,7 @@ class PathRecovery:
         the reordering (an ACK lost now and then is repeated by the next ones, so it rarely
         makes a retransmission needless)."""
         self.spurious += 1
+        self.losses_since_spurious = 0
         if self.spurious >= SPURIOUS_FOR_REORDERING:
             self.packet_threshold = 1 << 62
         if self.reorder_quarters < MAX_REORDER_QUARTERS:
@@ -248,8 +253,17 @@ class PathRecovery:
             self.cwnd_tokens = int(self.cwnd / self.token_bytes)
 
     def on_lost(self, nbytes: int) -> None:
-        """``nbytes`` of tokens were declared lost (they are sent again at once)."""
+        """``nbytes`` of tokens were declared lost (they are sent again at once). Once
+        LOSSES_TO_NARROW declarations passed with no spurious retransmission, a widened time
+        threshold narrows by a quarter: a few late copies (a busy host, a burst of jitter)
+        do not slow every later recovery for the life of the path; a path that still
+        reorders shows it again with its next spurious retransmission."""
         self.round_lost += nbytes
+        if self.reorder_quarters:
+            self.losses_since_spurious += 1
+            if self.losses_since_spurious >= LOSSES_TO_NARROW:
+                self.losses_since_spurious = 0
+                self.reorder_quarters -= 1
 
     def snapshot(self) -> dict[str, float]:
         """Diagnostics (seconds, bytes, bytes/s)."""

@@ -329,6 +329,11 @@ class SenderPart(ProtocolState):
         prev_largest = path.largest_acked
         spurious = 0
         spurious_within = path.min_rtt / 2 if path.sampled else 0.0
+        # A copy acknowledged sooner than the path's least round trip after it left cannot be
+        # what arrived: the ACK is for an earlier copy, sent before transmissions that may
+        # still be on their way. Its transmission number would make them look overtaken
+        # (lost, and the path reordering): it does not move the largest acknowledged.
+        too_soon = path.min_rtt if path.sampled else 0.0
         lowest = next(iter(tokens), None)  # tokens are in slot order
         if lowest is None:
             self.stats.stale_frames += 1
@@ -354,7 +359,7 @@ class SenderPart(ProtocolState):
                     del tokens[s]
                     acked += 1
                     nbytes += len(tok[0])
-                    if tok[5] > largest:
+                    if tok[5] > largest and (tok[4] == 1 or now - tok[3] >= too_soon):
                         largest = tok[5]
                         sample_at = tok[3] if tok[4] == 1 else -1.0
                     if tok[4] == 1:
@@ -387,8 +392,8 @@ class SenderPart(ProtocolState):
             self.stats.congestion_events += path.congestion_events - events
         if largest > path.largest_acked:
             path.largest_acked = largest
-        if tokens:
-            self._detect_losses(rec, now)
+        if tokens and rec not in self._ack_detect:
+            self._ack_detect.append(rec)  # at the end of the datagram (_detect_acked)
         if rec.queue:
             self._pump(rec, now)
         elif not tokens:
@@ -403,6 +408,14 @@ class SenderPart(ProtocolState):
         if self._blocked:
             self._blocked = False
             self._events.append(Writable())
+
+    def _detect_acked(self, now: float) -> None:
+        """Loss detection for the records the datagram just read acknowledged tokens of."""
+        recs = self._ack_detect
+        for rec in recs:
+            if rec.alive and rec.tokens:
+                self._detect_losses(rec, now)
+        recs.clear()
 
     def _detect_losses(self, rec: SendRecord, now: float) -> None:
         """Declare lost, and send again at once, each token acknowledged transmissions overtook

@@ -202,6 +202,11 @@ class ProtocolState:
         self._src_cache: dict[bytes, str] = {}
         self._out: dict[str, list[bytes]] = {}
         self._acks: dict[str, dict[int, list[int]]] = {}
+        #: Send records acknowledged by the datagram being read: their loss detection runs
+        #: once the whole datagram is read (an ACK too long for one frame comes as several,
+        #: and a retransmitted token in the first must not make the tokens the next one
+        #: acknowledges look lost).
+        self._ack_detect: list[SendRecord] = []
         # Delayed acknowledgements: pending ACKs leave with the next frame to their peer, or at
         # _ack_due, or at once (_ack_now: a duplicate, a second datagram of tokens, closing).
         self._ack_due = INF

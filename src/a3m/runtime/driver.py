@@ -575,7 +575,6 @@ class Driver:
             self._sleeping = False
             sock = self._sock  # read under the lock: rebind may have swapped it
             readable = self._readable
-            now = time.monotonic()
             recv = sock.recvfrom_into
             batch: list[tuple[bytes, Any]] = []  # handed over whole: live sessions go first
             take = batch.append
@@ -594,6 +593,12 @@ class Driver:
                     self.io_errors += 1  # e.g. ICMP port unreachable surfacing as an error
                     break
                 take((bytes(view[:n]), addr))
+            # The time is read after the reads: each read lets another thread take the
+            # interpreter (up to its 5 ms switch interval), so a time read before them can be
+            # milliseconds older than the ACKs read; RTT samples then came out shorter than
+            # the path's (2.6 ms on a 10 ms path, measured), and the congestion window, sized
+            # from the least RTT, shrank round after round. A later time only lengthens one.
+            now = time.monotonic()
             if batch:
                 proto.receive_datagrams(batch, now)
             proto.handle_timer(now)

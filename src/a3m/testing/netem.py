@@ -31,7 +31,7 @@ import struct
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 TUNSETIFF = 0x400454CA
@@ -62,6 +62,56 @@ class Impairment:
     reorder_ms: float = 2.0
     rate_mbit: float = 0.0  # 0 = unlimited
     queue_ms: float = 50.0  # the rate limiter's queue, in milliseconds of transmission
+
+
+#: The loss models :func:`model_path` builds (``a3m bench pushpull --loss-model``).
+MODELS = ("random", "burst", "data", "ack", "queue", "jitter")
+
+
+def model_path(model: str, loss: float, delay_ms: float = 0.0, jitter_ms: float = 0.0,
+               rate_mbit: float = 0.0, burst_len: float = 3.0, queue_ms: float = 2.0
+               ) -> tuple[Impairment, Impairment]:
+    """The two directions (a -> b, b -> a) of a path losing ``loss`` (0..1) the way
+    ``model`` says. Side ``a`` is the client or sender, ``b`` the server or receiver, so
+    a -> b carries requests and data, b -> a replies and acknowledgements:
+
+    - ``random``: each packet is lost independently, both ways;
+    - ``burst``: Gilbert-Elliott, both ways: a good state that loses nothing and a bad one
+      that loses everything, left with chance 1 / ``burst_len`` a packet (bursts of
+      ``burst_len`` packets on average) and entered so that the share of time in it, and
+      so the loss rate, is ``loss``;
+    - ``data``: random loss a -> b only (data and requests; ACKs all arrive);
+    - ``ack``: random loss b -> a only (ACKs and replies; all data arrives);
+    - ``queue``: random loss both ways and a rate limit (``rate_mbit``, 100 if none) whose
+      queue holds only ``queue_ms`` of transmission: what arrives at a full queue is dropped;
+    - ``jitter``: random loss both ways and each packet's delay drawn in
+      ``delay_ms`` +- ``jitter_ms`` (1 ms if none), which reorders packets sent closer
+      together than the spread.
+    """
+    if model not in MODELS:
+        raise ValueError(f"unknown loss model {model!r} (one of {', '.join(MODELS)})")
+    if not 0 <= loss < 1:
+        raise ValueError("loss must be within 0..1")
+    base = Impairment(delay_ms=delay_ms, jitter_ms=jitter_ms, rate_mbit=rate_mbit)
+    lossy = replace(base, loss=loss)
+    if model == "random":
+        return lossy, lossy
+    if model == "burst":
+        if burst_len < 1:
+            raise ValueError("a burst is at least one packet long")
+        leave = 1 / burst_len
+        bursty = replace(base, burst_enter=loss * leave / (1 - loss), burst_exit=leave,
+                         burst_loss=1.0)
+        return bursty, bursty
+    if model == "data":
+        return lossy, base
+    if model == "ack":
+        return base, lossy
+    if model == "queue":
+        shallow = replace(lossy, rate_mbit=rate_mbit or 100.0, queue_ms=queue_ms)
+        return shallow, shallow
+    jittery = replace(lossy, jitter_ms=jitter_ms or 1.0)
+    return jittery, jittery
 
 
 def unavailable() -> str | None:
