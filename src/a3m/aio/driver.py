@@ -456,7 +456,6 @@ class LoopDriver:
                 recv = self._sock.recvfrom_into
                 batch: list[tuple[bytes, Any]] = []  # handed over whole: live sessions first
                 take = batch.append
-                now = time.monotonic()
                 look = self._readable
                 for i in range(DRAIN_BURST):
                     if (i == 1 or (i == 0 and not readable)) and not look(0):
@@ -473,6 +472,7 @@ class LoopDriver:
                                                  time.perf_counter() - self._wait_t0)
                         self._wait_t0 = 0.0
                     take((bytes(view[:n]), addr))
+                now = time.monotonic()  # after the reads (the threaded driver says why)
                 if batch:
                     proto.receive_datagrams(batch, now)
                 proto.handle_timer(now)
