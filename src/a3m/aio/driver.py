@@ -43,10 +43,10 @@ from a3m.runtime.driver import (
     EventHandler,
     _drop_events,
     _readable,
-    dispatch_events,
     end_lingering,
     open_udp,
     parse_bind,
+    protocol_step,
     udp_drops,
 )
 from a3m.runtime.poll_choice import PollChoice
@@ -473,16 +473,9 @@ class LoopDriver:
                         self._wait_t0 = 0.0
                     take((bytes(view[:n]), addr))
                 now = time.monotonic()  # after the reads (the threaded driver says why)
-                if batch:
-                    proto.receive_datagrams(batch, now)
-                proto.handle_timer(now)
-                events = self._events
-                events.extend(proto.drain_events())
-                changed = bool(events)
-                if changed:
-                    self.event_errors += dispatch_events(events, self._on_events, now)
-                if self._on_turn is not None:
-                    self._on_turn(now)
+                errors, changed = protocol_step(proto, batch, self._events, self._on_events,
+                                                self._on_turn, now)
+                self.event_errors += errors
                 if changed:
                     self.notify_all()
                 elif self._futures and now >= self._nudge_at:

@@ -82,6 +82,23 @@ def _drop_events(events: deque[Event], now: float) -> None:
     events.clear()  # lingering: the application is gone (and a closed node delivers nothing)
 
 
+def protocol_step(proto: ExonProtocol, batch: list[tuple[bytes, Any]], events: deque[Event],
+                  on_events: EventHandler, on_turn: Callable[[float], None] | None,
+                  now: float) -> tuple[int, bool]:
+    """A turn's work after its reads, in both drivers: the datagrams read (``batch``, handed
+    over whole), the timers, the events, the layer above's turn. Returns the handler errors
+    and whether any event came (waiting calls are then notified)."""
+    if batch:
+        proto.receive_datagrams(batch, now)
+    proto.handle_timer(now)
+    events.extend(proto.drain_events())
+    changed = bool(events)
+    errors = dispatch_events(events, on_events, now) if changed else 0
+    if on_turn is not None:
+        on_turn(now)
+    return errors, changed
+
+
 def dispatch_events(events: deque[Event], on_events: EventHandler, now: float) -> int:
     """Hand ``events`` to ``on_events`` until none is left (see :data:`EventHandler`); the
     number of handler errors (each logged; the events not yet taken are still handled). The
@@ -599,16 +616,9 @@ class Driver:
             # the path's (2.6 ms on a 10 ms path, measured), and the congestion window, sized
             # from the least RTT, shrank round after round. A later time only lengthens one.
             now = time.monotonic()
-            if batch:
-                proto.receive_datagrams(batch, now)
-            proto.handle_timer(now)
-            events = self._events
-            events.extend(proto.drain_events())
-            changed = bool(events)
-            if changed:
-                self.event_errors += dispatch_events(events, self._on_events, now)
-            if self._on_turn is not None:
-                self._on_turn(now)
+            errors, changed = protocol_step(proto, batch, self._events, self._on_events,
+                                            self._on_turn, now)
+            self.event_errors += errors
             if changed:
                 self.notify_all()
             out = proto.datagrams_to_send(now)
