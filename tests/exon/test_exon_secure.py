@@ -364,7 +364,7 @@ def test_what_waits_for_a_handshake_is_bounded_in_count_and_bytes() -> None:
     """A peer that never answers while its node keeps handing datagrams over (retransmissions
     of 60 KB loopback datagrams, or many small ones): the secure layer holds at most
     MAX_QUEUED datagrams and MAX_QUEUED_BYTES for it, dropping the oldest (counted)."""
-    from a3m.exon.secure.layer import MAX_QUEUED, MAX_QUEUED_BYTES
+    from a3m.exon.secure.state import MAX_QUEUED, MAX_QUEUED_BYTES
 
     net = SecureNet("a")
     sec = net.nodes["a"].secure

@@ -1,0 +1,208 @@
+"""The responder's side of the handshake: a stateless answer to HELLO (the responder's
+ephemeral key travels sealed in the cookie, CurveZMQ's way) and a session only at a valid
+INITIATE, and the budgets that keep a flood cheap: per source under load, RETRYs in all,
+key exchanges for token-less HELLOs (``docs/exon-wire.md``, "Under load").
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections.abc import Hashable
+
+from a3m.exon.events import KeyRefused
+from a3m.exon.secure import handshake as hs
+from a3m.exon.secure import packets as p
+from a3m.exon.secure.cookies import COOKIE_LIFETIME_S
+from a3m.exon.secure.initiator import InitiatorPart
+from a3m.exon.secure.keys import KEY_BYTES, NodeKey
+from a3m.exon.secure.noise import HandshakeError
+from a3m.exon.secure.session import Session
+from a3m.exon.secure.state import (
+    HANDSHAKE_BURST_S,
+    MAX_SESSIONS,
+    MAX_SOURCES,
+    SOURCE_RATE,
+    Address,
+)
+
+
+def _addr_bytes(addr: Address) -> bytes:
+    return repr(addr).encode()
+
+
+
+def source_of(addr: Address) -> Hashable:
+    """The source an address counts as for the per-source budgets: an IPv4 address, an
+    IPv6 /64 (a host's usual share), whatever the port; any other address as it is."""
+    if isinstance(addr, tuple) and addr and isinstance(addr[0], str):
+        host: str = addr[0]
+        if ":" not in host:
+            return host
+        try:
+            return ipaddress.IPv6Address(host.split("%", 1)[0]).packed[:8]
+        except ValueError:
+            return host
+    return addr
+
+
+
+class ResponderPart(InitiatorPart):
+    """Answers handshakes peers start, within the budgets."""
+
+    def _source_ok(self, addr: Address, now: float) -> bool:
+        """Under load, take one from the budget of the source ``addr`` counts as (False: it
+        is spent; counted ``unauth_shed``). Under load: more HELLOs and INITIATEs than
+        ``handshake_rate`` a second, over about a second (WireGuard limits per source only
+        under load too: a hundred nodes behind one address starting at once are not load)."""
+        rate = self._rate
+        load = min(rate, self._load + (now - self._load_at) * rate)
+        self._load_at = now
+        self._load = max(-rate, load - 1.0)
+        if load >= 1.0:
+            return True
+        key = source_of(addr)
+        sources = self._sources
+        b = sources.get(key)
+        if b is None:
+            if len(sources) >= MAX_SOURCES:
+                for k in [k for k, v in sources.items() if now - v[1] >= 1.0]:
+                    del sources[k]
+                if len(sources) >= MAX_SOURCES:
+                    sources.clear()
+            sources[key] = [SOURCE_RATE - 1.0, now]
+            return True
+        left = min(SOURCE_RATE, b[0] + (now - b[1]) * SOURCE_RATE)
+        b[1] = now
+        if left < 1.0:
+            b[0] = left
+            self.stats.unauth_shed += 1
+            return False
+        b[0] = left - 1.0
+        return True
+
+
+    def _on_hello(self, data: bytes | memoryview, addr: Address, now: float) -> None:
+        st = self.stats
+        if len(data) < p.HELLO_SIZE:
+            st.truncated += 1
+            return
+        tlen = data[2]
+        if tlen not in (0, p.TOKEN_BYTES):
+            st.malformed += 1
+            return
+        if not self._source_ok(addr, now):
+            return
+        busy = False
+        if not tlen:
+            rate = self._rate
+            left = min(rate * HANDSHAKE_BURST_S, self._bucket + (now - self._bucket_at) * rate)
+            self._bucket_at = now
+            self._bucket = max(-rate, left - 1.0)
+            if left < 1.0:
+                # Busy: prove your address first (a RETRY is smaller than the HELLO), as
+                # many as the RETRY budget allows; beyond it, nothing at all.
+                r = self._retry_rate
+                retries = min(r * HANDSHAKE_BURST_S,
+                              self._retries + (now - self._retries_at) * r)
+                self._retries_at = now
+                if retries < 1.0:
+                    self._retries = retries
+                    st.unauth_shed += 1
+                    return
+                self._retries = retries - 1.0
+                busy = True
+        at = 3 + tlen
+        e_i = bytes(data[at:at + KEY_BYTES])
+        index_b = bytes(data[at + KEY_BYTES:at + KEY_BYTES + 4])
+        bound = _addr_bytes(addr) + e_i + index_b
+        if tlen:
+            # The address is proven (or the token forged): only the source's budget applies.
+            if not self._jar.token_ok(bytes(data[3:at]), bound, now):
+                st.token_invalid += 1
+                return
+        elif busy:
+            st.retries_sent += 1
+            token = self._jar.token(bound, now)
+            self._control.append((p.RETRY_HDR.pack(p.VERSION, p.RETRY,
+                                                   *hs.INDEX.unpack(index_b)) + token, addr))
+            return
+        if len(self._by_index) >= MAX_SESSIONS:
+            st.sessions_full += 1
+            return
+        (index_i,) = hs.INDEX.unpack(index_b)
+        e = NodeKey.generate(self._entropy)
+        r_index = int.from_bytes(self._entropy(4), "big")
+        cookie = self._jar.seal(e.private, r_index, bound, now)
+        try:
+            _, msg2 = hs.respond(self.key, self.id, e, e_i, index_i, r_index, self.incarnation,
+                                 cookie)
+        except HandshakeError:
+            st.handshake_failed += 1
+            return
+        st.hellos_answered += 1
+        self._control.append((p.WELCOME_HDR.pack(p.VERSION, p.WELCOME, index_i) + msg2, addr))
+
+
+    def _on_initiate(self, data: bytes | memoryview, addr: Address, now: float) -> None:
+        st = self.stats
+        head = p.INITIATE_HDR.size
+        if len(data) < head + KEY_BYTES + hs.COOKIE_BYTES:
+            st.truncated += 1
+            return
+        if not self._source_ok(addr, now):
+            return
+        _, _, index_i = p.INITIATE_HDR.unpack_from(data)
+        e_i = bytes(data[head:head + KEY_BYTES])
+        cookie = bytes(data[head + KEY_BYTES:head + KEY_BYTES + hs.COOKIE_BYTES])
+        opened = self._jar.open(cookie, _addr_bytes(addr) + e_i + hs.INDEX.pack(index_i), now)
+        if opened is None:
+            st.cookie_invalid += 1  # forged, from another address, or too old
+            return
+        e_priv, r_index, made = opened
+        done = self._completed.get(e_i)
+        if done is not None:
+            # A repeat: our first answer under the session was lost. Answer under it again.
+            st.handshake_repeats += 1
+            s0 = done[1]
+            if s0.alive:
+                self._control.append((self._seal(s0, p.DATA, b"", now), s0.addr))
+            return
+        if r_index in self._by_index or len(self._by_index) >= MAX_SESSIONS:
+            st.sessions_full += 1
+            return
+        e = NodeKey(e_priv)
+        try:
+            sym, _ = hs.respond(self.key, self.id, e, e_i, index_i, r_index, self.incarnation,
+                                cookie)
+            got = hs.read_initiate(sym, e, bytes(data[head + KEY_BYTES + hs.COOKIE_BYTES:]))
+        except (HandshakeError, struct.error):
+            st.handshake_failed += 1
+            return
+        peer = got.initiator_id
+        if peer == self.id:
+            st.from_self += 1
+            return
+        if not self.trust.admits(peer, got.initiator_key):
+            st.key_refused += 1
+            self._events.append(KeyRefused(peer, got.initiator_key))
+            return
+        s = Session(peer, r_index, index_i, got.keys, False, got.incarnation, addr, now)
+        s.handshake_key = e_i
+        s.rtt = now - made  # from our WELCOME to this INITIATE
+        self._remember(e_i, s, now)
+        st.handshakes_accepted += 1
+        self._install(s, now)
+        # Confirm at once: the initiator resends INITIATE until something opens under it.
+        self._control.append((self._seal(s, p.DATA, b"", now), addr))
+        if self._on_session is not None:
+            self._on_session(peer, now)
+
+
+    def _remember(self, e_i: bytes, s: Session, now: float) -> None:
+        done = self._completed
+        if len(done) > 1024:
+            for k in [k for k, (t, _) in done.items() if t < now]:
+                del done[k]
+        done[e_i] = (now + 2 * COOKIE_LIFETIME_S, s)
+

@@ -1,0 +1,261 @@
+"""The state the parts of :class:`~a3m.exon.secure.layer.SecureLayer` share: the sessions by
+peer and by index, the handshakes this node started, the control output, the timer heap, and
+the steps every part takes on them (seal a control packet, install or drop a session, arm a
+timer).
+
+The layer is composed as Exon's protocol is (``exon/state.py``): one line of single
+inheritance, :class:`SecureState` <- :class:`~a3m.exon.secure.paths.PathsPart` (mobility) <-
+:class:`~a3m.exon.secure.initiator.InitiatorPart` (handshakes this node starts) <-
+:class:`~a3m.exon.secure.responder.ResponderPart` (handshakes peers start, and their budgets)
+<- :class:`~a3m.exon.secure.layer.SecureLayer` (the dispatcher: open, seal, timers), which
+is what lets mypyc compile them into native classes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from a3m.exon.events import Event, PeerRestarted
+from a3m.exon.recovery import UNSAMPLED_STEADY_PTOS
+from a3m.exon.secure import packets as p
+from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
+from a3m.exon.secure.keys import NodeKey
+from a3m.exon.secure.noise import SymmetricState
+from a3m.exon.secure.replay import WINDOW as REPLAY_WINDOW
+from a3m.exon.secure.session import INF, Session
+from a3m.exon.secure.trust import TrustStore
+
+Address = Hashable
+
+#: The first HELLO, INITIATE and path-challenge resend when the config does not say
+#: (``rto_initial_s``, the first exchange's probe timeout); each later one doubles it.
+HANDSHAKE_TIMEOUT_S = 0.2
+#: A pending handshake nothing was queued on for this long is given up (as long as a cookie
+#: lives: a WELCOME can take that long to come back).
+HANDSHAKE_GIVE_UP_S = COOKIE_LIFETIME_S
+#: A session on which we sent UNANSWERED_REHANDSHAKE datagrams without hearing anything under
+#: it for this long (or 4 handshake round trips, if longer) gets a new handshake: the peer may
+#: have restarted and forgotten it (its datagrams would be refused).
+SILENCE_REHANDSHAKE_S = 1.0
+UNANSWERED_REHANDSHAKE = 4
+#: Before a round trip to the peer is known, HELLO and INITIATE are resent every
+#: ``timeout_s`` this many times before the interval doubles, as Exon's probes before an RTT
+#: sample (recovery.UNSAMPLED_STEADY_PTOS): a handshake needs two datagrams through in one
+#: attempt (p = 0.42 at 35 % loss each way), and with the interval doubling from the first
+#: resend the slowest of 200 simulated first links took 20 s. The packets are small and the
+#: responder's work on them is budgeted (SOURCE_RATE).
+FAST_TRIES = UNSAMPLED_STEADY_PTOS
+#: Path challenges sent before a candidate address is given up.
+CHALLENGE_TRIES = 5
+#: Exon datagrams held per peer while its handshake runs (the oldest is dropped beyond it;
+#: Exon retransmits what it does not see acknowledged).
+MAX_QUEUED = 256
+#: ... and at most this many bytes of them (loopback datagrams reach 64 KiB).
+MAX_QUEUED_BYTES = 1 << 20
+#: Sessions held in all; beyond it new handshakes are refused (counted).
+MAX_SESSIONS = 65536
+#: Handshakes this node started and that are still pending, in all.
+MAX_PENDING = 65536
+#: Under load, handshake datagrams (HELLO, INITIATE) a second that one source may make this
+#: node work on (a RETRY, a token or cookie checked, a key exchange), and the burst allowed;
+#: beyond it they are dropped before any cryptography (``unauth_shed``). A source is an IPv4
+#: address or an IPv6 /64, whatever the port (WireGuard's rule): the port costs an attacker
+#: nothing.
+SOURCE_RATE = 100.0
+#: The handshake and RETRY budgets hold this many seconds' worth at most (the burst): a
+#: flood's first moments cost a tenth of a second of key exchanges, not a whole second.
+HANDSHAKE_BURST_S = 0.1
+#: Sources whose budget is tracked at once; beyond, those idle for a second (their budget
+#: full again) are forgotten, and all of them if that is not enough.
+MAX_SOURCES = 4096
+
+_NONCE = struct.Struct(">4xQ").pack
+_SEALED_PACK = p.SEALED_HDR.pack
+_SEALED_UNPACK = p.SEALED_HDR.unpack_from
+_VERSION = p.VERSION
+_DATA = p.DATA
+_REPLAY_MASK = (1 << REPLAY_WINDOW) - 1
+
+
+
+class Initiation:
+    """A handshake this node started (the only handshake state anyone keeps)."""
+
+    __slots__ = ("peer", "index", "e", "sym", "msg1", "token", "addr", "tries", "timer_at",
+                 "alive", "queue", "queued_bytes", "last_used", "started")
+
+    def __init__(self, peer: str, index: int, e: NodeKey, sym: SymmetricState, msg1: bytes,
+                 addr: Address, now: float) -> None:
+        self.peer = peer
+        self.index = index
+        self.e = e
+        self.sym = sym
+        self.msg1 = msg1
+        self.token = b""
+        self.addr = addr
+        self.tries = 1
+        self.timer_at = INF
+        self.alive = True
+        self.queue: deque[bytes] = deque()
+        self.queued_bytes = 0
+        self.last_used = now
+        self.started = now
+
+    def hello(self) -> bytes:
+        head = p.HELLO_HDR.pack(p.VERSION, p.HELLO, len(self.token)) + self.token + self.msg1
+        return head + bytes(p.HELLO_SIZE - len(head))
+
+
+
+class SecureState:
+    """Sessions with peers and the handshakes that make them: the fields and shared steps.
+
+    ``stats`` is the node's counter object (``ExonStats``): the parts add to its fields.
+    ``on_path(peer, addr)`` is told where a peer is once that address is proven.
+    """
+
+    def __init__(self, node_id: str, key: NodeKey, trust: TrustStore,
+                 entropy: Callable[[int], bytes], stats: Any, events: deque[Event],
+                 on_path: Callable[[str, Address], None], handshake_rate: float = 1000.0,
+                 rekey_after_s: float = 120.0, idle_s: float = 120.0,
+                 backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S,
+                 retry_rate: float = 2000.0,
+                 on_session: Callable[[str, float], None] | None = None) -> None:
+        self.id = node_id
+        self.key = key
+        self.trust = trust
+        self._entropy = entropy
+        self.stats = stats
+        self._events = events
+        self._on_path = on_path
+        #: ``on_session(peer, now)``: a session with ``peer`` was installed and what waited
+        #: for it leaves now (Exon restarts its probe timeouts: nothing had left before).
+        self._on_session = on_session
+        self.incarnation = int.from_bytes(entropy(8), "big")
+        self._rate = handshake_rate
+        # HELLOs without a token, metered: each takes one (answered or not), down to a debt
+        # of a second's worth; a key exchange only while one is left. A flood past the rate
+        # keeps it in debt, so a sustained flood gets no key exchange at all.
+        self._bucket = handshake_rate * HANDSHAKE_BURST_S
+        self._bucket_at = -INF
+        self._retry_rate = retry_rate
+        self._retries = retry_rate * HANDSHAKE_BURST_S  # RETRYs a second, in all
+        self._retries_at = -INF
+        self._sources: dict[Hashable, list[float]] = {}  # source -> [budget left, when]
+        # HELLOs and INITIATEs, metered as the bucket above but over a second's burst: in
+        # debt, the node is under load and the per-source budgets apply.
+        self._load = handshake_rate
+        self._load_at = -INF
+        self._rekey_after = rekey_after_s
+        self._idle = idle_s
+        self._backoff_cap = backoff_cap_s
+        self._timeout = timeout_s
+        self._by_index: dict[int, Session] = {}
+        self._current: dict[str, Session] = {}
+        self._previous: dict[str, Session] = {}
+        self._pending: dict[str, Initiation] = {}
+        self._pending_by_index: dict[int, Initiation] = {}
+        self._completed: dict[bytes, tuple[float, Session]] = {}
+        self._control: list[tuple[bytes, Address]] = []
+        self._timers: list[tuple[float, int, Session | Initiation]] = []
+        self._seq = 0
+        self._jar = CookieJar(entropy)
+
+    # ------------------------------------------------------------------ queries
+
+    def session_count(self) -> int:
+        return len(self._by_index)
+
+    def sessions_by_index(self) -> dict[int, Session]:
+        """The live sessions by the index datagrams under them carry (read it, never change
+        it): what ``ExonProtocol.receive_datagrams`` looks up to take them first."""
+        return self._by_index
+
+    def source_count(self) -> int:
+        """Sources whose handshake budget is being tracked (bounded by MAX_SOURCES)."""
+        return len(self._sources)
+
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def has_output(self) -> bool:
+        return bool(self._control)
+
+    def take_control(self) -> list[tuple[bytes, Address]]:
+        """Handshake and path packets (and datagrams a completed handshake released)."""
+        out, self._control = self._control, []
+        return out
+
+    def peer_key(self, peer: str) -> bytes | None:
+        """The long-term key ``peer`` speaks with (pinned or learnt), if any yet."""
+        return self.trust.key_of(peer)
+
+    def next_timer(self) -> float | None:
+        timers = self._timers
+        while timers:
+            t, _, obj = timers[0]
+            if obj.alive and obj.timer_at == t:
+                return t
+            heapq.heappop(timers)
+        return None
+
+    # ------------------------------------------------------------------ shared steps
+
+    def _seal(self, s: Session, kind: int, pt: bytes, now: float) -> bytes:
+        counter = s.counter
+        s.counter = counter + 1
+        s.last_sent = now
+        hdr = _SEALED_PACK(p.VERSION, kind, s.remote_index, counter)
+        return hdr + s.seal.encrypt(_NONCE(counter), pt, hdr)
+
+    def _fresh_index(self) -> int:
+        while True:
+            i = int.from_bytes(self._entropy(4), "big")
+            if i not in self._by_index and i not in self._pending_by_index:
+                return i
+
+
+    def _install(self, s: Session, now: float) -> None:
+        peer = s.peer
+        old = self._current.get(peer)
+        if old is not None:
+            prev = self._previous.pop(peer, None)
+            if prev is not None:
+                self._drop(prev)
+            if old.incarnation != s.incarnation:
+                self._drop(old)  # the peer restarted: nothing of its past opens any more
+                self.stats.peer_restarts += 1
+                self._events.append(PeerRestarted(peer))
+            else:
+                self._previous[peer] = old
+        self._current[peer] = s
+        self._by_index[s.local_index] = s
+        # Lifetimes stretch with the handshake's round trip, so that a new handshake always
+        # completes before the old session is refused, even on a very long path.
+        s.rekey_at = s.created + max(self._rekey_after, 8 * s.rtt)
+        s.reject_at = s.rekey_at + max(self._rekey_after / 2, 8 * s.rtt)
+        self._arm(s, min(s.reject_at, now + self._idle))
+        self._on_path(peer, s.addr)
+
+    def _drop(self, s: Session) -> None:
+        s.alive = False
+        if s.handshake_key:
+            self._completed.pop(s.handshake_key, None)
+        self._by_index.pop(s.local_index, None)
+        if self._current.get(s.peer) is s:
+            del self._current[s.peer]
+        if self._previous.get(s.peer) is s:
+            del self._previous[s.peer]
+
+    # ------------------------------------------------------------------ timers
+
+    def _arm(self, obj: Session | Initiation, t: float) -> None:
+        if t < obj.timer_at:
+            obj.timer_at = t
+            self._seq += 1
+            heapq.heappush(self._timers, (t, self._seq, obj))
+
