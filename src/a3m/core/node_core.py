@@ -1,16 +1,16 @@
-"""The node as a container of sockets, without I/O: tags, routing, errors, local delivery."""
+"""The node as a container of sockets, without I/O: tags, routing, errors, local delivery.
+
+What its sockets see of it (output, time, limits) is :class:`~a3m.core.node_base.NodeBase`."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from random import Random
-from typing import Any, Protocol
+from typing import Any, cast
 
 from a3m.core import message as m
 from a3m.core.cookies import SEQ_MASK
-from a3m.core.credits import CreditBudget
-from a3m.core.link import Link
+from a3m.core.node_base import BATCH_BYTES, DeliveryObserver, NodeBase
 from a3m.core.socket_core import SocketCore
 from a3m.errors import ProtocolViolation, UsageError
 
@@ -20,27 +20,7 @@ SocketFactory = Callable[..., SocketCore]
 MAX_LEARNT_NODES = 4096
 
 
-class DeliveryObserver(Protocol):
-    """Told of every DATA message a socket puts on a link and every one it accepts in order.
-
-    A message's identity is ``(sender node, sender tag, sender link incarnation, seq)``: both
-    sides know it, so the two records join (the delivery journal uses this). Called on the
-    node's I/O path: keep it cheap and never raise.
-    """
-
-    def on_sent(self, tag: str, peer: tuple[str, str], inc: int, seq: int,
-                size: int) -> None: ...
-
-    def on_delivered(self, tag: str, peer: tuple[str, str], peer_inc: int, seq: int,
-                     size: int) -> None: ...
-
-
-#: Default :attr:`NodeCore.batch_bytes`: a BATCH fits one loopback datagram (64 KiB); on a
-#: path with a smaller MTU :attr:`NodeCore.unfragmented` keeps it to one datagram there.
-BATCH_BYTES = 60000
-
-
-class NodeCore:
+class NodeCore(NodeBase):
     """Routes middleware messages between the transport and the node's sockets.
 
     Feed it what the transport delivered (:meth:`receive`); take what it wants sent
@@ -52,40 +32,14 @@ class NodeCore:
                  log: Callable[[str], None] | None = None,
                  max_message_size: int = 1 << 62,
                  credit_budget_bytes: int = 64 * 1024 * 1024) -> None:
-        self.node_id = node_id
-        self.rng = rng or Random(0)
+        super().__init__(node_id, rng, log, max_message_size, credit_budget_bytes)
         self.sockets: dict[str, SocketCore] = {}
         self.types: dict[str, SocketFactory] = {}
-        self.now = 0.0
         self.malformed = 0
         self.not_found = 0
-        self._out: list[tuple[str, bytes]] = []
-        self._corked: list[tuple[SocketCore, Link]] = []  # links with DATA waiting
-        #: Links with TAKEN reports waiting (cookies): they leave with the next output.
-        self._taken: list[tuple[SocketCore, Link]] = []
-        self._local: deque[bytes] = deque()
-        self._inc = 0
         self._auto_tag = 0
-        self._log = log
         self._draining = False
-        #: Set to a :class:`DeliveryObserver` to hear of every DATA message sent and accepted.
-        self.observer: DeliveryObserver | None = None
-        #: The largest message the transport takes (the runtime sets Exon's): a send that
-        #: could not fit raises MessageTooLarge before it changes any state.
-        self.max_message_size = max_message_size
-        #: The most payload bytes (plus 4 per message) a BATCH carries: several messages sent
-        #: at once to one link travel as BATCHes of up to this size.
-        self.batch_bytes = min(BATCH_BYTES, max(0, max_message_size - m.DATA_OVERHEAD_MAX))
-        #: The largest message the transport carries to a node unfragmented (None: unknown);
-        #: the runtime plugs in Exon's. A BATCH stays within it, so that on a path with a
-        #: small MTU a lost datagram holds back one BATCH's messages, not a 60 KB one's.
-        self.unfragmented: Callable[[str], int | None] = lambda node_id: None
         self.lost_messages = 0  # messages of unknown outcome reported by the transport
-        #: Bytes the links' receive capacities may grow by, in all (docs/credits.md).
-        self.credit_budget = CreditBudget(credit_budget_bytes)
-        #: The transport's smoothed round trip to a node (None: not measured); the runtime
-        #: plugs it in (:class:`a3m.core.transport.ExonBridge`). Links size their windows by it.
-        self.rtt: Callable[[str], float | None] = lambda node_id: None
         #: Nodes this node knows of (associated, discovered, or heard from); see
         #: :meth:`node_known` and :meth:`watch_nodes`.
         self.known_nodes: set[str] = set()
@@ -114,14 +68,6 @@ class NodeCore:
 
     def remove(self, tag: str) -> None:
         self.sockets.pop(tag, None)
-
-    def next_incarnation(self) -> int:
-        self._inc += 1
-        return self._inc
-
-    def log(self, text: str) -> None:
-        if self._log is not None:
-            self._log(f"[{self.node_id}] {text}")
 
     # ------------------------------------------------------------------ known nodes
 
@@ -152,40 +98,15 @@ class NodeCore:
 
     # ------------------------------------------------------------------ traffic
 
-    def emit(self, node_id: str, data: bytes) -> None:
-        """Queue a message for a node (ours: delivered locally, after the current one)."""
-        if node_id == self.node_id:
-            self._local.append(data)
-        else:
-            self._out.append((node_id, data))
-
-    def cork(self, sock: SocketCore, link: Link) -> None:
-        """``link`` holds DATA to send (:attr:`Link.pending`): it leaves, as BATCHes, when the
-        transport next takes the output."""
-        self._corked.append((sock, link))
-
-    def cork_taken(self, sock: SocketCore, link: Link) -> None:
-        """``link`` has outcomes to report (a TAKEN): they leave with the next output, so a
-        reply that follows rides with them; :meth:`taken_waiting` tells the runtime, which
-        takes the output by a short delay even if nothing else comes."""
-        self._taken.append((sock, link))
-
-    def taken_waiting(self) -> bool:
-        return bool(self._taken)
-
-    def has_output(self) -> bool:
-        """Whether :meth:`take_output` has something (or local messages wait to be routed)."""
-        return bool(self._out or self._local or self._corked)
-
     def take_output(self) -> list[tuple[str, bytes]]:
         if self._corked:
             corked, self._corked = self._corked, []
             for sock, link in corked:
-                sock.flush_link(link)
+                cast(SocketCore, sock).flush_link(link)
         if self._taken:
             taken, self._taken = self._taken, []
             for sock, link in taken:
-                sock.flush_taken(link)
+                cast(SocketCore, sock).flush_taken(link)
         self._drain_local()
         out, self._out = self._out, []
         return out
@@ -281,3 +202,7 @@ class NodeCore:
         for sock in list(self.sockets.values()):
             sock.handle_timer(now)
         self._drain_local()
+
+
+__all__ = ["NodeCore", "NodeBase", "DeliveryObserver", "BATCH_BYTES", "SocketFactory",
+           "MAX_LEARNT_NODES"]

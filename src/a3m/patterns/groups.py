@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from random import Random
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -174,7 +174,7 @@ class Radio(SocketCore):
         self._blocked: str | None = None
         super().__init__(node, tag, rng, **options)
         self.stats["members_lost"] = 0
-        self.node.watch_nodes(self._node_known)
+        cast(NodeCore, self.node).watch_nodes(self._node_known)
 
     # ---------------------------------------------------------------- options
 
@@ -311,7 +311,7 @@ class Radio(SocketCore):
         return any(lk.can_send for lk in self.links.values() if lk.attrs.get("dish"))
 
     def close(self, now: float) -> None:
-        self.node.unwatch_nodes(self._node_known)
+        cast(NodeCore, self.node).unwatch_nodes(self._node_known)
         super().close(now)
 
 
@@ -360,7 +360,7 @@ class Dish(Unwrapping):
         return Received(body, source, group, {"group": group.decode(errors="replace")})
 
     def close(self, now: float) -> None:
-        directory = self.node.sockets.get(DIRECTORY_TAG)
+        directory = cast(NodeCore, self.node).sockets.get(DIRECTORY_TAG)
         if isinstance(directory, GroupDirectory):
             directory.dish_removed(self.tag)
         super().close(now)
