@@ -24,6 +24,7 @@ unmeasured ``a3m`` run warms up the source's path.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing as mp
 import shutil
@@ -208,10 +209,21 @@ def run_rate(spark: Any, results: Results, work: Path, producers: int, rows_per_
 def _produce(targets: list[tuple[str, str]], names: list[str], per: int, batch: int,
              conn: Any) -> None:
     """A producer process: one node per name, each with a PUSH socket linked to every
-    partition's node; sends when told, reports the seconds it took."""
-    import a3m
+    partition's node; sends when told, reports the seconds it took.
 
-    nodes = [a3m.Node(name) for name in names]
+    The nodes are ``a3m.aio`` nodes on one event loop (no thread of their own), so a process
+    holds hundreds of producers; the pipe's blocking reads run in the loop's executor while
+    the loop keeps answering the collectors."""
+    asyncio.run(_produce_on_loop(targets, names, per, batch, conn))
+
+
+async def _produce_on_loop(targets: list[tuple[str, str]], names: list[str], per: int,
+                           batch: int, conn: Any) -> None:
+    import a3m
+    from a3m import aio
+
+    loop = asyncio.get_running_loop()
+    nodes = [aio.Node(name) for name in names]
     socks = []
     for node in nodes:
         push = node.socket(a3m.PUSH, "readings")
@@ -219,33 +231,29 @@ def _produce(targets: list[tuple[str, str]], names: list[str], per: int, batch: 
             host, _, port = addr.rpartition(":")
             node.associate(nid, (host, int(port)))
             push.link((nid, "readings"))
-        for nid, _ in targets:
-            push.wait_linked((nid, "readings"), timeout=30)
         socks.append(push)
+    for push in socks:
+        for nid, _ in targets:
+            await push.wait_linked((nid, "readings"), timeout=60)
     conn.send("ready")
-    conn.recv()  # go
+    await loop.run_in_executor(None, conn.recv)  # go
     t0 = time.monotonic()
 
-    def send(i: int, push: Any) -> None:
+    async def send(push: Any) -> None:
         for k0 in range(0, per, batch):
             now = time.time()
             msgs = [b'{"seq":%d,"ts":%.6f,"value":%.3f}' % (k, now, 20 + (k % 1000) / 200)
                     for k in range(k0, min(per, k0 + batch))]
             while msgs:
-                msgs = msgs[push.send_many(msgs, timeout=300):]
+                msgs = msgs[await push.send_many(msgs, timeout=300):]
 
-    threads = [threading.Thread(target=send, args=(i, s)) for i, s in enumerate(socks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    await asyncio.gather(*(send(push) for push in socks))
     sent_s = time.monotonic() - t0
     for node in nodes:
-        node.flush(timeout=60)
+        await node.flush(timeout=60)
     conn.send(sent_s)
-    conn.recv()  # done
-    for node in nodes:
-        node.close(timeout=5)
+    await loop.run_in_executor(None, conn.recv)  # done
+    await asyncio.gather(*(node.close(timeout=5) for node in nodes))
 
 
 def run_a3m(spark: Any, results: Results, work: Path, partitions: int, producers: int,
