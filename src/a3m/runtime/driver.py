@@ -189,6 +189,9 @@ class Driver:
         self._upper_output = upper_output
         self._on_turn = on_turn
         self.lock = threading.Lock()
+        #: Held from taking the protocol's output (under ``lock``) until it is sent, so that
+        #: output leaves in order although it is sent outside ``lock``.
+        self._send_order = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self._park = threading.Condition(self.lock)  # the I/O thread waits here while parked
         self._on_events = on_events
@@ -367,11 +370,15 @@ class Driver:
     def _send_now(self) -> None:
         """Under the lock: send what the protocol has, from the calling thread."""
         sock = self._sock
-        for data, addr in self.proto.datagrams_to_send(time.monotonic()):
-            try:
-                sock.sendto(data, addr)
-            except OSError:
-                self.io_errors += 1
+        out = self.proto.datagrams_to_send(time.monotonic())
+        if not out:
+            return
+        with self._send_order:  # after what a turn took before us (see _turn)
+            for data, addr in out:
+                try:
+                    sock.sendto(data, addr)
+                except OSError:
+                    self.io_errors += 1
 
     @property
     def turn_under_way(self) -> bool:
@@ -622,11 +629,22 @@ class Driver:
             if changed:
                 self.notify_all()
             out = proto.datagrams_to_send(now)
+            if out:
+                # Taken before the lock goes: output leaves in the order it was made. An
+                # application thread's _send_now could otherwise overtake this send loop
+                # (it releases the interpreter at each call), and the peer saw reordering:
+                # spurious fast retransmissions, 0.4-2 % of a 1500-byte stream's datagrams.
+                self._send_order.acquire()
+        if not out:
+            return
         send = sock.sendto
-        for data, addr in out:
-            try:
-                send(data, addr)
-            except BlockingIOError:
-                self.io_errors += 1  # the kernel buffer is full: the timer retransmits
-            except OSError:
-                self.io_errors += 1
+        try:
+            for data, addr in out:
+                try:
+                    send(data, addr)
+                except BlockingIOError:
+                    self.io_errors += 1  # the kernel buffer is full: the timer retransmits
+                except OSError:
+                    self.io_errors += 1
+        finally:
+            self._send_order.release()
