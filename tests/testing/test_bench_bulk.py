@@ -56,14 +56,16 @@ def test_the_namespaces_go_on_error_too() -> None:
 @pytest.mark.skipif(WHY is not None, reason=f"needs a veth pair: {WHY}")
 def test_a_short_bulk_run_over_a_1500_byte_veth_is_exact() -> None:
     """64 KiB messages across MTU 1500: each A3M message travels as ~47 fragments, each in
-    its own datagram; every message arrives once (A3M secure and plain, pyzmq)."""
+    its own datagram; every message arrives once (A3M secure and plain, with UDP offload
+    and without, pyzmq)."""
     before = namespaces()
-    r = a3m("bench", "bulk", "--size", "65536", "--messages", "300", "--json")
+    r = a3m("bench", "bulk", "--size", "65536", "--messages", "300", "--offload", "both",
+            "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads(r.stdout)
     assert result["workload"] == "bulk" and result["mtu"] == 1500
     rows = {row["system"]: row for row in result["results"]}
-    assert set(rows) >= {"a3m", "a3m-plain", "udp"}
+    assert set(rows) >= {"a3m", "a3m-plain", "a3m-offload", "a3m-plain-offload", "udp"}
     for name, row in rows.items():
         assert "error" not in row, row
         assert row["mb_per_s"] > 0 and row["msgs_per_s"] > 0
@@ -71,12 +73,16 @@ def test_a_short_bulk_run_over_a_1500_byte_veth_is_exact() -> None:
             assert row["datagrams_in"] > 0 and row["sender"]["datagram_bytes"] == 1400
             continue
         assert row["exact"] and row["distinct"] == 300 and row["twice"] == 0, row
-    for name in ("a3m", "a3m-plain"):
+    for name in ("a3m", "a3m-plain", "a3m-offload", "a3m-plain-offload"):
         snd = rows[name]["sender"]
         # a 64 KiB message is cut to fit 1400-byte datagrams: dozens of datagrams each
         assert snd["datagrams_out"] >= 300 * 40, snd
         assert rows[name]["datagrams_in"] >= 300 * 40
         assert "reqslots_sent" in snd and "slot_stalls" in snd
         assert "kernel_rcvbuf_drops" in rows[name]
+    # GSO on the veth where the kernel has it: segmented sends carried the datagrams
+    assert rows["a3m-offload"]["sender"]["gso_sends"] > 0
+    assert rows["a3m"]["sender"]["gso_sends"] == 0  # off by default
     assert "a3m/udp" in result["ratios"]["65536"]
+    assert "a3m-offload/a3m" in result["ratios"]["65536"]
     assert namespaces() == before  # what the benchmark made is gone

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import struct
 import sys
@@ -35,6 +36,9 @@ from a3m.benchmarks.emulated import _pair, _pin, _ready
 from a3m.testing.netem import NetemUnavailable, VethPath, veth_unavailable
 
 SYSTEMS = ("a3m", "a3m-plain", "pyzmq", "udp")
+#: A3M with UDP segmentation offload on (``A3M_UDP_OFFLOAD=on``: GSO sends, GRO reads; off
+#: by default), measured instead of or beside the default (``--offload on|both``).
+OFFLOAD = ("a3m-offload", "a3m-plain-offload")
 SIZES = (64, 1024, 65536, 1 << 20)
 PORT = 7700
 #: Messages per size unless given: enough bytes to take a few seconds at A3M's rate.
@@ -92,19 +96,36 @@ def _receive(recv: Callable[[], bytes], messages: int) -> tuple[float, float, _S
     return t0, time.perf_counter(), seen
 
 
+def _a3m_system(system: str) -> tuple[bool, bool] | None:
+    """(secure, offload) for an A3M system name, None for the others."""
+    if not system.startswith("a3m"):
+        return None
+    return not system.startswith("a3m-plain"), system.endswith("-offload")
+
+
+def _a3m_node(name: str, bind: str, system: str) -> Any:
+    import a3m
+
+    secure, offload = _a3m_system(system) or (True, False)
+    os.environ["A3M_UDP_OFFLOAD"] = "on" if offload else "off"  # read as the socket is made
+    return a3m.Node(name, bind=bind, secure=secure)
+
+
 def pull(system: str, host: str, port: int, messages: int, size: int) -> dict[str, Any]:
     """Receive ``messages`` of ``size`` bytes; the rate from the first to the last."""
     extra: dict[str, Any] = {}
-    if system in ("a3m", "a3m-plain"):
+    if _a3m_system(system) is not None:
         import a3m
 
-        with a3m.Node("bulk-sink", bind=f"{host}:{port}", secure=system == "a3m") as node:
+        with _a3m_node("bulk-sink", f"{host}:{port}", system) as node:
             sock = node.socket(a3m.PULL, "in")
             _ready()
             t0, t1, seen = _receive(lambda: sock.recv(timeout=120), messages)
             st = node.stats
             extra = {k: st["exon"][k] for k in RECEIVER_KEYS}
             extra["rx_drops"] = st["rx_drops"]
+            io = node._driver._io
+            extra.update(offload={"gso": io.gso, "gro": io.gro}, gro_reads=io.gro_reads)
     elif system == "pyzmq":
         import zmq
 
@@ -162,10 +183,10 @@ def push(system: str, host: str, port: int, messages: int, size: int, mtu: int
     pad = b"b" * max(0, size - IDX.size)
     pack = IDX.pack
     t0 = time.perf_counter()
-    if system in ("a3m", "a3m-plain"):
+    if _a3m_system(system) is not None:
         import a3m
 
-        with a3m.Node("bulk-source", bind="0.0.0.0:0", secure=system == "a3m") as node:
+        with _a3m_node("bulk-source", "0.0.0.0:0", system) as node:
             node.associate("bulk-sink", (host, port))
             sock = node.socket(a3m.PUSH, "out")
             sock.link(("bulk-sink", "in"))
@@ -182,6 +203,9 @@ def push(system: str, host: str, port: int, messages: int, size: int, mtu: int
             out["send_s"] = round(elapsed, 3)
             out["reqslots_per_1k_msgs"] = round(1000 * st["reqslots_sent"] / messages, 2)
             out["recovery"] = node._proto.path_stats("bulk-sink")
+            io = node._driver._io
+            out.update(offload={"gso": io.gso, "gro": io.gro}, gso_sends=io.gso_sends,
+                       gso_datagrams=io.gso_datagrams, gso_refused=io.gso_refused)
             return out
     if system == "pyzmq":
         import zmq
@@ -235,7 +259,7 @@ def _push_udp(host: str, port: int, messages: int, size: int, mtu: int) -> dict[
 def _worker(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="a3m.benchmarks.bulk")
     p.add_argument("role", choices=("push", "pull"))
-    p.add_argument("system", choices=SYSTEMS)
+    p.add_argument("system", choices=SYSTEMS + OFFLOAD)
     p.add_argument("host")
     p.add_argument("--port", type=int, default=PORT)
     p.add_argument("--size", type=int, default=1024)
@@ -261,9 +285,12 @@ def _worker(argv: list[str]) -> None:
 # ---------------------------------------------------------------------- driver
 
 
-def available() -> list[str]:
-    """The systems installed here (A3M and raw UDP always)."""
-    out = ["a3m", "a3m-plain"]
+def available(offload: str = "off") -> list[str]:
+    """The systems installed here (A3M and raw UDP always); ``offload``: A3M with UDP
+    segmentation offload ``off`` (the default, as A3M ships), ``on``, or ``both`` one after
+    the other."""
+    out = {"off": ["a3m", "a3m-plain"], "on": list(OFFLOAD),
+           "both": ["a3m", "a3m-offload", "a3m-plain", "a3m-plain-offload"]}[offload]
     try:
         import zmq  # noqa: F401
 
@@ -275,13 +302,14 @@ def available() -> list[str]:
 
 def run_bulk(sizes: tuple[int, ...] = SIZES, mtu: int = 1500,
              systems: list[str] | None = None, messages: int | None = None,
-             progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+             progress: Callable[[str], None] = lambda s: None, offload: str = "off"
+             ) -> dict[str, Any]:
     """Every system at every size over one veth pair at ``mtu``; raises
     :class:`NetemUnavailable` (not root, no ``ip``) before anything is made."""
     why = veth_unavailable()
     if why is not None:
         raise NetemUnavailable(why)
-    systems = systems or available()
+    systems = systems or available(offload)
     rows: list[dict[str, Any]] = []
     port = PORT
     with VethPath(mtu) as path:
@@ -317,7 +345,10 @@ def ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     for (system, size), mb in rate.items():
         if not system.startswith("a3m") or not mb:
             continue
-        for peer in ("pyzmq", "udp"):
+        peers = ["pyzmq", "udp"]
+        if system.endswith("-offload"):
+            peers.append(system[:-len("-offload")])  # what offload gave, in the same run
+        for peer in peers:
             base = rate.get((peer, size))
             if base:
                 out.setdefault(str(size), {})[f"{system}/{peer}"] = round(mb / base, 3)

@@ -68,6 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bp = p.add_argument_group("bulk", "PUSH/PULL across two network namespaces joined by a "
                               "veth pair (a real kernel path; needs root)")
     bp.add_argument("--mtu", type=int, default=1500, help="the veth pair's MTU (default 1500)")
+    bp.add_argument("--offload", choices=("off", "on", "both"), default="off",
+                    help="A3M with UDP segmentation offload (GSO sends, GRO reads, where the "
+                         "kernel has them; A3M_UDP_OFFLOAD=on) off (default, as A3M ships), "
+                         "on, or both one after the other")
     gp = p.add_argument_group("groups", "RADIO/DISH fan-out beside PUB/SUB")
     gp.add_argument("--members", default="1,4,16",
                     help="group sizes, one run each (default 1,4,16; --messages per run: "
@@ -242,8 +246,10 @@ def _bulk(args: argparse.Namespace, plot: str | None) -> int:
     if messages is not None and messages < 2:
         return _error("need --messages >= 2")
     try:
-        result = bulk.run_bulk(sizes, args.mtu, None if not args.no_baselines else
-                               ["a3m", "a3m-plain"], messages, progress=_progress)
+        systems = bulk.available(args.offload)
+        if args.no_baselines:
+            systems = [s for s in systems if s.startswith("a3m")]
+        result = bulk.run_bulk(sizes, args.mtu, systems, messages, progress=_progress)
     except NetemUnavailable as exc:
         return _error(f"bulk needs a veth pair between two network namespaces: {exc}")
     text = _save(result, args, plot, bulk.plot)
@@ -256,7 +262,7 @@ def _bulk(args: argparse.Namespace, plot: str | None) -> int:
         table = Table(title=f"a3m bench bulk (veth, MTU {result['mtu']})")
         for col in ("system", "size", "msgs", "MB/s", "msg/s", "exact", "dgrams out",
                     "retx", "REQSLOTS", "slot stalls", "dgrams in", "kernel drops",
-                    "cpu s tx/rx"):
+                    "GSO sends/GRO reads", "cpu s tx/rx"):
             table.add_column(col, justify="right")
         for r in result["results"]:
             snd = r.get("sender", {})
@@ -269,6 +275,7 @@ def _bulk(args: argparse.Namespace, plot: str | None) -> int:
                           str(snd.get("retransmits", "-")), str(snd.get("reqslots_sent", "-")),
                           str(snd.get("slot_stalls", "-")), str(r.get("datagrams_in", "-")),
                           str(r.get("kernel_rcvbuf_drops", "-")),
+                          f"{snd.get('gso_sends', '-')}/{r.get('gro_reads', '-')}",
                           f"{snd.get('cpu_s', '-')}/{r.get('cpu_s', '-')}")
         Console(stderr=True, width=200).print(table)
         print(json.dumps(result["ratios"]), file=sys.stderr)
