@@ -13,6 +13,7 @@ import pytest
 
 from a3m.exon import Delivered, Event, ExonProtocol, MemoryClockStore
 from a3m.runtime.driver import Driver, parse_bind
+from a3m.runtime.offload import UdpOffload
 
 
 class Collector:
@@ -161,6 +162,7 @@ def test_datagrams_read_in_a_turn_are_handled_at_the_time_after_the_reads(
     rec = _Recorder()
     d.proto = rec  # type: ignore[assignment]
     d._sock = _SlowReads(clock)  # type: ignore[assignment]
+    d._io = UdpOffload(d._sock, gso=False, gro=False)  # one datagram per read, as the fake
     d._readable = lambda timeout: True
     d._turn(d._buf, d._view)
     # 4 reads (the last finds nothing): 20 ms after the turn began

@@ -49,6 +49,7 @@ from a3m.runtime.driver import (
     protocol_step,
     udp_drops,
 )
+from a3m.runtime.offload import offload_for
 from a3m.runtime.poll_choice import PollChoice
 
 log = logging.getLogger("a3m.aio")
@@ -127,6 +128,7 @@ class LoopDriver:
         self._sock = open_udp(where)
         self.port = self._sock.getsockname()[1]
         self._readable = _readable(self._sock)
+        self._io = offload_for(self._sock)  # GSO sends, GRO reads where the kernel has them
         self.loop.add_reader(self._sock.fileno(), self._on_readable)
         self._arm()
 
@@ -232,6 +234,7 @@ class LoopDriver:
             self._sock = new
             self.port = new.getsockname()[1]
             self._readable = _readable(new)
+            self._io = offload_for(new)
             self.loop.add_reader(new.fileno(), self._on_readable)
             self.proto.announce(time.monotonic())
             self.wake()
@@ -433,12 +436,8 @@ class LoopDriver:
         self._arm_at(cap if t is None or t > cap else t)
 
     def _send(self, out: list[tuple[bytes, Any]]) -> None:
-        send = self._sock.sendto
-        for data, addr in out:
-            try:
-                send(data, addr)
-            except OSError:  # a full kernel buffer (the timer retransmits), ICMP errors
-                self.io_errors += 1
+        # a full kernel buffer (the timer retransmits), ICMP errors: counted
+        self.io_errors += self._io.send(out)
 
     def _turn(self, readable: bool) -> None:
         """Read what waits, run timers, handle events, send: one turn, on the loop.
@@ -454,6 +453,8 @@ class LoopDriver:
             try:
                 buf, view = self._buf, self._view
                 recv = self._sock.recvfrom_into
+                io = self._io
+                coalesced = io.reader(buf) if io.gro else None  # (GRO: several per read)
                 batch: list[tuple[bytes, Any]] = []  # handed over whole: live sessions first
                 take = batch.append
                 look = self._readable
@@ -461,7 +462,11 @@ class LoopDriver:
                     if (i == 1 or (i == 0 and not readable)) and not look(0):
                         break
                     try:
-                        n, addr = recv(buf)
+                        if coalesced is None:
+                            n, addr = recv(buf)
+                            take((bytes(view[:n]), addr))
+                        else:
+                            batch.extend(coalesced())
                     except (BlockingIOError, InterruptedError):
                         break
                     except OSError:
@@ -471,7 +476,8 @@ class LoopDriver:
                         self._poll_choice.record(self._wait_polled,
                                                  time.perf_counter() - self._wait_t0)
                         self._wait_t0 = 0.0
-                    take((bytes(view[:n]), addr))
+                    if len(batch) >= DRAIN_BURST:
+                        break
                 now = time.monotonic()  # after the reads (the threaded driver says why)
                 errors, changed = protocol_step(proto, batch, self._events, self._on_events,
                                                 self._on_turn, now)

@@ -29,6 +29,7 @@ from a3m.testing.netem import (
     LossyLoopback,
     NetemUnavailable,
     NetPath,
+    VethPath,
     model_path,
     nft_unavailable,
     unavailable,
@@ -377,9 +378,11 @@ def open_path(loss_pct: float, delay_ms: float, jitter_ms: float, rate_mbit: flo
     return NetPath(ab, ba, seed=seed)
 
 
-def _pair(path: NetPath | LossyLoopback, server: list[str], client: list[str],
-          timeout: float) -> dict[str, Any]:
-    me = [sys.executable, "-m", "a3m.benchmarks.emulated"]
+def _pair(path: NetPath | LossyLoopback | VethPath, server: list[str], client: list[str],
+          timeout: float, module: str = "a3m.benchmarks.emulated") -> dict[str, Any]:
+    """Run ``module``'s worker ``server`` in namespace ``b``, then ``client`` in ``a`` once
+    the server printed READY; the client's JSON line, the server's under ``"server"``."""
+    me = [sys.executable, "-m", module]
     srv = path.popen("b", me + server, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                      text=True)
     try:

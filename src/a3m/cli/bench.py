@@ -24,13 +24,14 @@ import sys
 from typing import Any
 
 BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc", "pipeline", "groups",
-                    "storm")
+                    "storm", "bulk")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", nargs="?", choices=BENCH_WORKLOADS,
                    help="what to measure (not needed with --from)")
-    p.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
+    p.add_argument("--size", type=int, default=None,
+                   help="payload bytes (default 64; bulk: 64, 1024, 65536 and 1048576)")
     p.add_argument("--messages", type=int, default=None,
                    help="messages (default 200000; groups: 20000 per run)")
     p.add_argument("--no-baselines", action="store_true", help="measure A3M only")
@@ -64,6 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="from_files", nargs="+", metavar="RESULT.json",
                    help="with --plot: draw these saved results (from --out), one panel each, "
                         "instead of running a workload")
+    bp = p.add_argument_group("bulk", "PUSH/PULL across two network namespaces joined by a "
+                              "veth pair (a real kernel path; needs root)")
+    bp.add_argument("--mtu", type=int, default=1500, help="the veth pair's MTU (default 1500)")
+    bp.add_argument("--offload", choices=("off", "on", "both"), default="off",
+                    help="A3M with UDP segmentation offload (GSO sends, GRO reads, where the "
+                         "kernel has them; A3M_UDP_OFFLOAD=on) off (default, as A3M ships), "
+                         "on, or both one after the other")
     gp = p.add_argument_group("groups", "RADIO/DISH fan-out beside PUB/SUB")
     gp.add_argument("--members", default="1,4,16",
                     help="group sizes, one run each (default 1,4,16; --messages per run: "
@@ -157,12 +165,16 @@ def _save(result: dict[str, Any], args: argparse.Namespace, plot: str | None,
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.workload == "bulk" and not getattr(args, "from_files", None):
+        return _bulk(args, getattr(args, "plot", None))
     if args.messages is None:
         args.messages = {"groups": 20_000, "storm": 100_000}.get(args.workload, 200_000)
     from_files = getattr(args, "from_files", None)
     plot = getattr(args, "plot", None)
     if from_files:
         return _plot_saved(args, from_files, plot)
+    if args.size is None:
+        args.size = 64
     if args.workload is None:
         return _error("give a WORKLOAD (" + ", ".join(BENCH_WORKLOADS) + "), or "
                       "--plot FILE.png --from RESULT.json ... to chart saved results")
@@ -212,6 +224,64 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(result)
     return 0
+
+
+def _bulk(args: argparse.Namespace, plot: str | None) -> int:
+    """PUSH/PULL over a veth pair at ``--mtu``: A3M secure and plain, pyzmq, raw UDP."""
+    from a3m.benchmarks import bulk
+    from a3m.testing.netem import NetemUnavailable
+
+    sizes = bulk.SIZES if args.size is None else (args.size,)
+    if min(sizes) < 8 or not 576 <= args.mtu <= 65535:
+        return _error("need --size >= 8 and --mtu within 576..65535")
+    if plot:
+        from a3m.benchmarks.plot import PlotError, check_output, require_matplotlib
+
+        try:  # before the measurement, not after it
+            check_output(plot)
+            require_matplotlib()
+        except PlotError as exc:
+            return _error(str(exc))
+    messages = args.messages  # None: each size's own default
+    if messages is not None and messages < 2:
+        return _error("need --messages >= 2")
+    try:
+        systems = bulk.available(args.offload)
+        if args.no_baselines:
+            systems = [s for s in systems if s.startswith("a3m")]
+        result = bulk.run_bulk(sizes, args.mtu, systems, messages, progress=_progress)
+    except NetemUnavailable as exc:
+        return _error(f"bulk needs a veth pair between two network namespaces: {exc}")
+    text = _save(result, args, plot, bulk.plot)
+    if args.json:
+        print(text)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"a3m bench bulk (veth, MTU {result['mtu']})")
+        for col in ("system", "size", "msgs", "MB/s", "msg/s", "exact", "dgrams out",
+                    "retx", "REQSLOTS", "slot stalls", "dgrams in", "kernel drops",
+                    "GSO sends/GRO reads", "cpu s tx/rx"):
+            table.add_column(col, justify="right")
+        for r in result["results"]:
+            snd = r.get("sender", {})
+            if "error" in r:
+                table.add_row(r["system"], str(r["size"]), str(r["messages"]), r["error"])
+                continue
+            table.add_row(r["system"], str(r["size"]), str(r["messages"]),
+                          f"{r.get('mb_per_s', 0):,.1f}", f"{r.get('msgs_per_s', 0):,}",
+                          str(r.get("exact", "-")), str(snd.get("datagrams_out", "-")),
+                          str(snd.get("retransmits", "-")), str(snd.get("reqslots_sent", "-")),
+                          str(snd.get("slot_stalls", "-")), str(r.get("datagrams_in", "-")),
+                          str(r.get("kernel_rcvbuf_drops", "-")),
+                          f"{snd.get('gso_sends', '-')}/{r.get('gro_reads', '-')}",
+                          f"{snd.get('cpu_s', '-')}/{r.get('cpu_s', '-')}")
+        Console(stderr=True, width=200).print(table)
+        print(json.dumps(result["ratios"]), file=sys.stderr)
+    bad = [r for r in result["results"]
+           if "error" in r or (r["system"] != "udp" and not r.get("exact"))]
+    return 1 if bad else 0
 
 
 def _asyncio(args: argparse.Namespace, plot: str | None) -> int:

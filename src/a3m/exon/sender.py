@@ -303,6 +303,8 @@ class SenderPart(ProtocolState):
             path.on_rtt_sample(now - rec.req_sent_at)  # the copy sent last was answered
         rec.req_out = False
         path.on_progress()
+        if rec.queue and rec.env_lo >= rec.sck:
+            self.stats.slot_stalls += 1  # pieces waited for this grant (none in hand)
         if r != rec.rck:
             old = rec.rck
             rec.rck = r

@@ -101,6 +101,7 @@ class ExonStats:
     congestion_events: int = 0  # window reductions (one per round at most)
     reqslots_sent: int = 0
     reqslots_retransmits: int = 0
+    slot_stalls: int = 0  # grants that found the sender out of envelopes with pieces queued
     delivered: int = 0
     delivered_bytes: int = 0
     duplicates: int = 0  # tokens acked again without delivery (retransmission or stale)
