@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import struct
 import sys
@@ -269,6 +270,7 @@ def _worker(argv: list[str]) -> None:
     a = p.parse_args(argv)
     _pin(a.cpu)
     cpu0 = time.process_time()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     try:
         if a.role == "pull":
             out = pull(a.system, a.host, a.port, a.messages, a.size)
@@ -279,6 +281,11 @@ def _worker(argv: list[str]) -> None:
     # the process's CPU time, all threads (set-up included): with the rate, the cost of a
     # message in units the clock speed moves less than the rate
     out["cpu_s"] = round(time.process_time() - cpu0, 3)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    # context switches of the whole process (its threads handing the interpreter over, and
+    # waits): a count the CPU's speed does not move
+    out["ctx_switches"] = {"voluntary": ru.ru_nvcsw - ru0.ru_nvcsw,
+                           "involuntary": ru.ru_nivcsw - ru0.ru_nivcsw}
     print(json.dumps(out), flush=True)
 
 
