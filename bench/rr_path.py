@@ -98,7 +98,8 @@ def count_work(rt: RoundTrips, n: int) -> str:
     for _ in range(n):
         rt.one()
     work.stop()
-    return work.table(n, f"work per round trip ({'compiled' if a3m.COMPILED else 'Python sources'}"
+    top = "\n" + work.top(n) if work.by_function else ""
+    return top + "\n" + work.table(n, f"work per round trip ({'compiled' if a3m.COMPILED else 'Python sources'}"
                          f", both sides; {(rt.datagrams - d0) / n:.2f} datagrams, "
                          f"{(rt.wire_bytes - b0) / n:.0f} bytes on the wire)")
 
@@ -115,12 +116,15 @@ def main() -> None:
     for _ in range(2000):
         rt.one()
     n = args.round_trips
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n):
         rt.one()
     us = (time.perf_counter() - t0) / n * 1e6
+    cpu = (time.process_time() - c0) / n * 1e6
+    # The CPU time beside the wall time: on a shared machine the wall time also counts the
+    # time this process waited for a CPU.
     print(f"{'opt-out' if args.insecure else 'secure'}{' with cookies' if args.cookies else ''}: "
-          f"{us:.1f} us per round trip, both sides")
+          f"{us:.1f} us per round trip, both sides ({cpu:.1f} us of CPU)")
     if args.layers:
         prof = cProfile.Profile()
         prof.enable()

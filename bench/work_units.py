@@ -83,6 +83,9 @@ class WorkCounter:
         self._at = 0  # the allocation count after the last event, of any thread
         #: Python and C calls per (layer, function), for ``top()``.
         self.calls: Counter[tuple[str, str]] = Counter()
+        #: With ``by_function``, allocations per (layer, function running), for ``top()``.
+        self.by_function = bool(os.environ.get("A3M_COUNT_TOP"))
+        self.alloc_calls: Counter[tuple[str, str]] = Counter()
 
     def _layer(self, frame: Any) -> str:
         code = frame.f_code
@@ -100,6 +103,8 @@ class WorkCounter:
         # allocation counter is the process's), less the one int the last count() made.
         if cur is not None and self._at:
             self.units["allocs"][cur] += now - self._at - 1
+            if self.by_function:
+                self.alloc_calls[cur, st["fn"]] += now - self._at - 1
         if event == "call":
             cur = self._layer(frame)
             self.units["py_calls"][cur] += 1
@@ -120,6 +125,10 @@ class WorkCounter:
         else:  # c_return, c_exception: back in the caller
             cur = self._layer(frame)
         st["cur"] = cur
+        if self.by_function:
+            st["fn"] = ("C " + getattr(arg, "__qualname__", "?") if event == "c_call" else
+                        frame.f_back.f_code.co_qualname if event == "return" and frame.f_back
+                        else frame.f_code.co_qualname)
         self._at = count()
 
     def start(self) -> None:
@@ -134,11 +143,15 @@ class WorkCounter:
         for c in self.units.values():
             c.clear()
         self.calls.clear()
+        self.alloc_calls.clear()
 
-    def top(self, n: int, most: int = 40) -> str:
+    def top(self, n: int, most: int = 90) -> str:
         """The most frequent calls per ``n`` (round trips), by layer and function."""
-        return "\n".join(f"  {c / n:6.2f}  {layer:11s} {name}"
-                         for (layer, name), c in self.calls.most_common(most))
+        calls = "\n".join(f"  {c / n:6.2f}  {layer:11s} {name}"
+                          for (layer, name), c in self.calls.most_common(most))
+        allocs = "\n".join(f"  {c / n:6.2f}  {layer:11s} {name}"
+                           for (layer, name), c in self.alloc_calls.most_common(most))
+        return f"calls:\n{calls}\nallocations, by the function running:\n{allocs}"
 
     def table(self, n: int, title: str) -> str:
         """The units per ``n`` (round trips), one row per layer that did any work."""
