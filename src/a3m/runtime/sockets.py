@@ -338,6 +338,33 @@ class Socket:
             return self._take(self._take_ahead, timeout, "recv")[0]
         return self._take(self._core.try_recv_payload, timeout, "recv")
 
+    def _recv_now(self) -> bytes | None:
+        """:meth:`recv` with ``timeout=0`` that returns None instead of raising WouldBlock
+        (``a3m.aio`` tries this way: a raised exception per wait cost more than the rest of
+        the try). Raises Closed as :meth:`recv` does."""
+        inbox = self._inbox
+        if inbox:
+            try:
+                return inbox.popleft()[0]
+            except IndexError:  # another thread took the last one meanwhile
+                pass
+        node = self.node
+        drv = node._driver
+        core = self._core
+        with drv.lock:
+            core.node.now = time.monotonic()
+            if self._prefetch:
+                got = self._take_ahead()
+                out = None if got is None else got[0]
+            else:
+                out = core.try_recv_payload()
+            if out is not None:
+                node._after_call()
+                return out
+            if self._closed or node._closed or not drv.running:
+                self._check_open()  # (it raises)
+            return None
+
     def _take_ahead(self) -> tuple[bytes, tuple[str, str]] | None:
         """Under the node's lock: the next message with its source, and what else is there
         (up to :data:`PREFETCH` in all) into the inbox behind what it holds already."""
