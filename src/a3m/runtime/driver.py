@@ -40,7 +40,7 @@ from typing import Any
 from a3m.errors import Closed
 from a3m.exon.events import Event
 from a3m.exon.protocol import ExonProtocol
-from a3m.runtime.poll_choice import PollChoice
+from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.runtime")
 
@@ -233,6 +233,7 @@ class Driver:
         self._wake_written = False  # a byte may be in the wake pipe: read it on the next turn
         self._busy_poll_s = busy_poll_s
         self._poll_choice = PollChoice(busy_poll_s)
+        self._poll_preempted = False  # the current wait's poll lost the CPU (PollChoice)
         self.poll_hits = 0  # leader waits that a brief poll ended (diagnostics)
         self._running = True
         self._lingering = False  # closed for the application, answering peers (linger)
@@ -362,7 +363,8 @@ class Driver:
         if (not (poll and self._poll(rlist, min(budget, wait_s), t0))
                 and not select.select(rlist, [], [], wait_s)[0]):
             return  # nothing came: the wait says nothing about either way
-        choice.record(poll, time.perf_counter() - t0)
+        choice.record(poll, time.perf_counter() - t0, self._poll_preempted)
+        self._poll_preempted = False
 
     def _poll(self, rlist: list[Any], budget: float, t0: float) -> bool:
         """Poll ``rlist`` for up to ``budget`` seconds (True: input arrived). A thread that
@@ -370,13 +372,17 @@ class Driver:
         skips that when input comes within the budget, for at most the budget in CPU."""
         end = t0 + budget
         look = self._look  # (rlist's socket and pipe, as a poll object: see _adopt)
+        clock = time.perf_counter
         while True:
             if look(0):
                 self.poll_hits += 1
                 return True
-            if time.perf_counter() >= end:
+            t = clock()
+            if t >= end:
                 return False
             os.sched_yield()  # a peer on this CPU runs now (no cost on an otherwise idle CPU)
+            if clock() - t > PREEMPTED_S:
+                self._poll_preempted = True  # another task had the CPU: see PollChoice
 
     def _deadline(self) -> float | None:
         deadline = self.proto.next_timer()
