@@ -59,7 +59,7 @@ def test_sleeps_when_polling_loses_the_cpu_to_another_task() -> None:
     """A CPU-bound process beside the leader: each polled wait gives the CPU away at a
     sched_yield for a scheduler slice (2 ms here), while a sleeping leader is woken at once.
     Capped, those waits looked like 200 us and polling went on (a REP server's p50 was
-    2.1 ms); recorded in full (``preempted``), the leader sleeps but for the exploration."""
+    2.1 ms); marked ``preempted``, the leader sleeps but for the exploration."""
     choice = PollChoice(BUDGET)
     polls = 0
     rng = Random(4)
@@ -71,6 +71,22 @@ def test_sleeps_when_polling_loses_the_cpu_to_another_task() -> None:
         else:
             choice.record(False, 150e-6 * rng.uniform(0.8, 1.2))
     assert polls <= 3200 / EXPLORE + 20
+
+
+def test_a_poll_preempted_now_and_then_does_not_turn_polling_off() -> None:
+    """Another process took the CPU once in 40 polled waits: polling stays."""
+    choice = PollChoice(BUDGET)
+    polls = 0
+    rng = Random(5)
+    for i in range(1, 4001):
+        poll = choice.poll_next()
+        polls += poll
+        if poll:
+            late = i % 40 == 0
+            choice.record(True, (2.1e-3 if late else 60e-6) * rng.uniform(0.8, 1.2), late)
+        else:
+            choice.record(False, 100e-6 * rng.uniform(0.8, 1.2))
+    assert polls >= 4000 * (1 - 1 / EXPLORE) - 60
 
 
 def test_the_busy_poll_reports_a_yield_that_lost_the_cpu(
