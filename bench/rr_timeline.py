@@ -3,12 +3,19 @@ CPUs 0 and 1) time-stamp the driver's steps on the shared monotonic clock, and t
 each step over the round trips are printed, secure and opt-out alternately::
 
     .venv/bin/python bench/rr_timeline.py [--round-trips 5000] [--pairs 2] [--aead] [--halves]
+                                          [--count]
 
 Steps: ``c.send`` the client's ``send`` until its ``sendto`` returned; ``wire>srv`` until the
 server's wait for input returned; ``s.turn`` the server's turn (receive, open, Exon, core);
 ``s.app`` until ``recv`` returned; ``s.send`` the reply until ``sendto`` returned; then the
 same on the way back. ``--aead`` also times each ChaCha20-Poly1305 call and the secure layer's
 ``open`` and ``seal`` (it wraps them, so it runs the Python sources: ``A3M_PURE_PYTHON=1``).
+
+``--count``: instead of the times, the work of one round trip in each process, per layer
+(``bench/work_units.py``: Python calls, C calls, allocations), the runtime's included, every
+thread counted. It runs with ``busy_poll_s=0`` (a busy poll's calls grow with the time it
+waits) and under the profiler a round trip is several times slower, so the I/O thread's
+wake-ups (every ``PARK_S``) add calls that a faster run does not make.
 """
 
 from __future__ import annotations
@@ -78,42 +85,61 @@ def _spent_us() -> str:
     return " ".join(f"{k}={t / n / 1000:.2f}" for k, (t, n) in sorted(_spent.items()) if n)
 
 
-def _server(ready: Any, results: Any, n: int, secure: bool) -> None:
+def _work_counter() -> Any:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from work_units import WorkCounter
+
+    work = WorkCounter()
+    work.start()  # before the node: its I/O thread is counted too
+    return work
+
+
+def _server(ready: Any, results: Any, n: int, secure: bool, count: bool = False) -> None:
     import a3m
 
     os.sched_setaffinity(0, {1})
     rows = []
-    with a3m.Node("tl-srv", secure=secure) as node:
+    work = _work_counter() if count else None
+    with a3m.Node("tl-srv", secure=secure, **({"busy_poll_s": 0} if count else {})) as node:
         rep = node.socket(a3m.REP, "rep")
         ready.put(node.address)
-        for _ in range(n + WARMUP):
+        for i in range(n + WARMUP):
+            if work is not None and i == WARMUP:
+                work.reset()
             _last.clear()
             msg = rep.recv(timeout=60)
             got = time.perf_counter_ns()
             woke, turned = _last.get("woke", 0), _last.get("turned", 0)
             rep.send(msg, timeout=60)
             rows.append((woke, turned, got, _last.get("sent", 0)))
-        results.put((rows[WARMUP:], _spent_us()))
+        if work is not None:
+            work.stop()
+        results.put((rows[WARMUP:], _spent_us() if work is None else work.table(
+            n, "  server, per round trip") + ("\n" + work.top(n) if os.environ.get(
+                "A3M_COUNT_TOP") else "")))
         time.sleep(0.3)
 
 
-def _run(n: int, secure: bool, halves: bool = False) -> str:
+def _run(n: int, secure: bool, halves: bool = False, count: bool = False) -> str:
     import a3m
 
     ready, results = mp.Queue(), mp.Queue()
-    server = mp.Process(target=_server, args=(ready, results, n, secure))
+    server = mp.Process(target=_server, args=(ready, results, n, secure, count))
     server.start()
     address = ready.get(timeout=60)
     os.sched_setaffinity(0, {0})
     rows = []
-    with a3m.Node("tl-cli", secure=secure) as node:
+    work = _work_counter() if count else None
+    with a3m.Node("tl-cli", secure=secure, **({"busy_poll_s": 0} if count else {})) as node:
         node.associate("tl-srv", tuple(address))
         req = node.socket(a3m.REQ, "req")
         req.link("tl-srv/rep")
         if not req.wait_linked(timeout=30):
             raise RuntimeError("could not link")
         body = b"x" * 64
-        for _ in range(n + WARMUP):
+        for i in range(n + WARMUP):
+            if work is not None and i == WARMUP:
+                work.reset()
             _last.clear()
             t0 = time.perf_counter_ns()
             req.send(body, timeout=10)
@@ -123,8 +149,15 @@ def _run(n: int, secure: bool, halves: bool = False) -> str:
             req.recv(timeout=10)
             rows.append((t0, sent, _last.get("woke", 0), _last.get("turned", 0),
                          time.perf_counter_ns()))
+        if work is not None:
+            work.stop()
     srows, server_spent = results.get(timeout=60)
     server.join()
+    if work is not None:
+        return (f"{'secure' if secure else 'opt-out'} compiled={a3m.COMPILED}, {n} round trips "
+                f"(busy_poll_s=0)\n{work.table(n, '  client, per round trip')}\n"
+                + (work.top(n) + "\n" if os.environ.get("A3M_COUNT_TOP") else "")
+                + server_spent)
     steps: dict[str, list[int]] = {k: [] for k in STEPS}
     for (t0, cs, cw, ct, t4), (sw, st, sr, ss) in zip(rows[WARMUP:], srows, strict=True):
         if not all((cs, cw, ct, sw, st, ss)):
@@ -158,15 +191,18 @@ def main() -> None:
     ap.add_argument("--aead", action="store_true")
     ap.add_argument("--halves", action="store_true",
                     help="also each step's median in the faster and the slower half")
+    ap.add_argument("--count", action="store_true",
+                    help="the work per round trip in each process, per layer, not the times")
     args = ap.parse_args()
     if args.aead:
         os.environ["A3M_PURE_PYTHON"] = "1"  # before a3m loads: wrapping needs the sources
-    _stamp_driver()
+    if not args.count:
+        _stamp_driver()
     if args.aead:
         _time_aead()
     for _ in range(args.pairs):
         for secure in (True, False) if not args.aead else (True,):
-            print(_run(args.round_trips, secure, args.halves), flush=True)
+            print(_run(args.round_trips, secure, args.halves, args.count), flush=True)
 
 
 if __name__ == "__main__":

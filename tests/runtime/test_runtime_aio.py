@@ -524,3 +524,64 @@ def test_cookies_in_the_loop_and_a_cancelled_recv_cookie_takes_nothing() -> None
             assert {c.outcome for c in rest} == {a3m.NOT_DELIVERED}
 
     run(main)
+
+
+def test_aio_recv_waits_without_raising_would_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An a3m.aio recv tries with Socket._recv_now (None: nothing yet) rather than catching a
+    WouldBlock from recv(timeout=0) on every wait; recv(timeout=0) still raises it, and a
+    timeout still raises Timeout."""
+    raised = [0]
+    real = a3m.WouldBlock.__init__
+
+    def counted(self: Exception, *args: Any) -> None:
+        raised[0] += 1
+        real(self, *args)
+
+    async def main() -> None:
+        async with a3m.aio.Node("alpha") as alpha, a3m.aio.Node("beta") as beta:
+            alpha.associate("beta", beta.address)
+            rep = beta.socket(a3m.REP, "rep")
+            req = alpha.socket(a3m.REQ, "req")
+            req.link(("beta", "rep"))
+            assert await req.wait_linked(timeout=5)
+            assert rep.sync._recv_now() is None
+            monkeypatch.setattr(a3m.WouldBlock, "__init__", counted)
+
+            async def serve() -> None:
+                for _ in range(50):
+                    await rep.send(await rep.recv(timeout=5), timeout=5)
+
+            server = asyncio.create_task(serve())
+            for i in range(50):
+                await req.send(b"%d" % i, timeout=5)
+                assert await req.recv(timeout=5) == b"%d" % i
+            await server
+            assert raised[0] == 0, f"{raised[0]} WouldBlock raised in 50 round trips"
+            with pytest.raises(a3m.WouldBlock):
+                await rep.recv(timeout=0)
+            with pytest.raises(a3m.Timeout):
+                await rep.recv(timeout=0.05)
+
+    asyncio.run(main())
+
+
+def test_recv_now_takes_what_is_there_and_raises_closed() -> None:
+    with a3m.Node("alpha") as alpha, a3m.Node("beta") as beta:
+        alpha.associate("beta", beta.address)
+        pull = beta.socket(a3m.PULL, "sink")
+        push = alpha.socket(a3m.PUSH, "source")
+        push.link(("beta", "sink"))
+        assert push.wait_linked(timeout=5)
+        assert pull._recv_now() is None
+        for i in range(3):
+            push.send(b"%d" % i, timeout=5)
+        got = [pull.recv(timeout=5)]  # (the first waits; the others may be in the inbox)
+        deadline = time.monotonic() + 5
+        while len(got) < 3 and time.monotonic() < deadline:
+            m = pull._recv_now()
+            if m is not None:
+                got.append(m)
+        assert got == [b"0", b"1", b"2"]
+        pull.close(timeout=5)
+        with pytest.raises(a3m.Closed):
+            pull._recv_now()

@@ -168,3 +168,85 @@ def test_datagrams_read_in_a_turn_are_handled_at_the_time_after_the_reads(
     # 4 reads (the last finds nothing): 20 ms after the turn began
     assert len(rec.batches) == 1 and rec.batches[0][0] == 3
     assert rec.batches[0][1] == pytest.approx(100.020)
+
+
+class _CountingLock:
+    """A lock that counts the acquisitions made by one thread (the test's)."""
+
+    def __init__(self, real: Any, thread: int) -> None:
+        self._lock = real()
+        self._thread = thread
+        self.count = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        if got and threading.get_ident() == self._thread:
+            self.count += 1
+        return bool(got)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return bool(self._lock.locked())
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_a_leader_takes_the_lock_once_per_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A waiting thread that leads runs its turn under the lock it holds for the wait (its
+    sends too): one acquisition per wait, where releasing it for the turn and taking it back
+    after made two. Counted on the REQ's thread: each send and each receive take it once,
+    each leader's wait once more."""
+    import a3m
+
+    with a3m.Node("srv") as srv:
+        rep = srv.socket(a3m.REP, "rep")
+        real = threading.Lock
+        lock_box: list[_CountingLock] = []
+
+        def make() -> _CountingLock:
+            lock = _CountingLock(real, threading.get_ident())
+            lock_box.append(lock)
+            return lock
+
+        monkeypatch.setattr(threading, "Lock", make)
+        try:
+            cli = a3m.Node("cli", busy_poll_s=0)
+        finally:
+            monkeypatch.setattr(threading, "Lock", real)
+        with cli:
+            drv = cli._driver
+            lock = drv.lock
+            assert isinstance(lock, _CountingLock)
+            cli.associate("srv", srv.address)
+            req = cli.socket(a3m.REQ, "req")
+            req.link(("srv", "rep"))
+            assert req.wait_linked(timeout=5)
+            stop = threading.Event()
+
+            def serve() -> None:
+                while not stop.is_set():
+                    try:
+                        rep.send(rep.recv(timeout=0.1), timeout=5)
+                    except a3m.Timeout:
+                        pass
+
+            server = threading.Thread(target=serve, daemon=True)
+            server.start()
+            n = 100
+            with drv.lock:
+                before, turns = lock.count, drv.leader_turns
+            for i in range(n):
+                req.send(b"%d" % i, timeout=5)
+                assert req.recv(timeout=5) == b"%d" % i
+            with drv.lock:
+                taken, waits = lock.count - before - 1, drv.leader_turns - turns
+            stop.set()
+            server.join(5)
+        assert waits >= 1
+        assert 2 * n <= taken <= 2 * n + waits, (taken, waits)

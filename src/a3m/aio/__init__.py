@@ -135,6 +135,22 @@ class Node:
                 pass
 
 
+    async def _until(self, attempt: Callable[[], T | None], timeout: float | None,
+                     tag: str) -> T:
+        """:meth:`_retry` for an ``attempt`` that returns None for "not yet" instead of
+        raising WouldBlock (``recv``)."""
+        drv = self._driver
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise Timeout(f"recv on {tag!r} timed out")
+            await drv.changed(left)
+            got = attempt()
+            if got is not None:
+                return got
+
+
 class Socket:
     """An asyncio socket: awaitable ``send``, ``send_many``, ``recv``, ``recv_msg``,
     ``recv_many``, ``members``, ``wait_linked``, ``close``; the rest as on
@@ -262,12 +278,12 @@ class Socket:
             except IndexError:  # a worker thread took it meanwhile
                 pass
         _check_timeout(timeout)
-        try:
-            return sync.recv(0)
-        except WouldBlock:
-            if timeout == 0:
-                raise
-        return await self.node._retry(lambda: sync.recv(0), timeout, f"recv on {self.id.tag!r}")
+        got = sync._recv_now()  # (no WouldBlock raised and caught per wait)
+        if got is not None:
+            return got
+        if timeout == 0:
+            raise WouldBlock(f"nothing to receive on {self.id.tag!r}")
+        return await self.node._until(sync._recv_now, timeout, self.id.tag)
 
     async def recv_cookie(self, timeout: float | None = None) -> Cookie:
         """As :meth:`a3m.Socket.recv_cookie`: the next outcome of a message sent with a

@@ -50,7 +50,7 @@ from a3m.runtime.driver import (
     udp_drops,
 )
 from a3m.runtime.offload import offload_for
-from a3m.runtime.poll_choice import PollChoice
+from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.aio")
 
@@ -122,6 +122,7 @@ class LoopDriver:
         self._poll_soon = False
         self._wait_t0 = 0.0  # a wait for input began (perf_counter), 0: none measured
         self._wait_polled = False
+        self._wait_preempted = False  # its poll lost the CPU to another task (PollChoice)
         self.poll_hits = 0  # polls that input ended (diagnostics)
         where = parse_bind(bind)
         end_lingering(proto.id, where[1])
@@ -379,9 +380,12 @@ class LoopDriver:
             if any_ready(0):
                 self.poll_hits += 1
                 return
-            if clock() >= end:
+            t = clock()
+            if t >= end:
                 return
             os.sched_yield()  # a peer on this CPU runs now
+            if clock() - t > PREEMPTED_S:
+                self._wait_preempted = True  # another task had the CPU: see PollChoice
 
     def _schedule_soon(self) -> None:
         if not self._soon and self._running:
@@ -474,8 +478,10 @@ class LoopDriver:
                         break
                     if i == 0 and self._wait_t0:  # the input a measured wait waited for
                         self._poll_choice.record(self._wait_polled,
-                                                 time.perf_counter() - self._wait_t0)
+                                                 time.perf_counter() - self._wait_t0,
+                                                 self._wait_preempted)
                         self._wait_t0 = 0.0
+                        self._wait_preempted = False
                     if len(batch) >= DRAIN_BURST:
                         break
                 now = time.monotonic()  # after the reads (the threaded driver says why)

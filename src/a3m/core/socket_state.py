@@ -28,14 +28,30 @@ CTRL_ALLOWANCE = 256
 INF = float("inf")
 
 
-@dataclass(slots=True)
 class Received:
-    """A message handed to the application."""
+    """A message handed to the application (a plain class, not a dataclass: see
+    :class:`a3m.exon.events.Delivered`)."""
 
-    payload: bytes
-    source: PeerId
-    topic: bytes | None = None
-    attrs: dict[str, Any] | None = None
+    __slots__ = ("payload", "source", "topic", "attrs")
+
+    def __init__(self, payload: bytes, source: PeerId, topic: bytes | None = None,
+                 attrs: dict[str, Any] | None = None) -> None:
+        self.payload = payload
+        self.source = source
+        self.topic = topic
+        self.attrs = attrs
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Received:
+            return NotImplemented
+        return (self.payload == other.payload and self.source == other.source
+                and self.topic == other.topic and self.attrs == other.attrs)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"Received(payload={self.payload!r}, source={self.source!r}, "
+                f"topic={self.topic!r}, attrs={self.attrs!r})")
 
 
 @dataclass

@@ -11,12 +11,27 @@ class Event:
     __slots__ = ()
 
 
-@dataclass(slots=True, eq=True)
 class Delivered(Event):
-    """A whole message from ``source`` was delivered (exactly once). Treat as immutable."""
+    """A whole message from ``source`` was delivered (exactly once). Treat as immutable.
 
-    source: str
-    payload: bytes
+    A plain class, not a dataclass: one is made per message, and a compiled dataclass keeps
+    the interpreted ``__init__`` that ``dataclasses`` generates (a Python call per message)."""
+
+    __slots__ = ("source", "payload")
+
+    def __init__(self, source: str, payload: bytes) -> None:
+        self.source = source
+        self.payload = payload
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Delivered:
+            return NotImplemented
+        return self.source == other.source and self.payload == other.payload
+
+    __hash__ = None  # type: ignore[assignment]  # (as the dataclass: mutable, compared by value)
+
+    def __repr__(self) -> str:
+        return f"Delivered(source={self.source!r}, payload={self.payload!r})"
 
 
 @dataclass(slots=True, eq=True)

@@ -41,7 +41,7 @@ from a3m.errors import Closed
 from a3m.exon.events import Event
 from a3m.exon.protocol import ExonProtocol
 from a3m.runtime.offload import offload_for
-from a3m.runtime.poll_choice import PollChoice
+from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.runtime")
 
@@ -83,6 +83,10 @@ def _drop_events(events: deque[Event], now: float) -> None:
     events.clear()  # lingering: the application is gone (and a closed node delivers nothing)
 
 
+_HANDLER_ERROR = ("a3m event handler error (counted; the other events of the batch are still "
+                  "handled)")
+
+
 def protocol_step(proto: ExonProtocol, batch: list[tuple[bytes, Any]], events: deque[Event],
                   on_events: EventHandler, on_turn: Callable[[float], None] | None,
                   now: float) -> tuple[int, bool]:
@@ -94,7 +98,20 @@ def protocol_step(proto: ExonProtocol, batch: list[tuple[bytes, Any]], events: d
     proto.handle_timer(now)
     events.extend(proto.drain_events())
     changed = bool(events)
-    errors = dispatch_events(events, on_events, now) if changed else 0
+    errors = 0
+    if changed:  # dispatch_events' first round, inline (one call fewer per turn)
+        before = len(events)
+        try:
+            on_events(events, now)
+        except Exception:
+            if len(events) == before:
+                events.popleft()
+            errors = 1
+            log.exception(_HANDLER_ERROR)
+        else:
+            events.clear()
+        if events:
+            errors += dispatch_events(events, on_events, now)
     if on_turn is not None:
         on_turn(now)
     return errors, changed
@@ -115,8 +132,7 @@ def dispatch_events(events: deque[Event], on_events: EventHandler, now: float) -
             # The event being handled is reported; the rest stay queued and are
             # handled now: a failing handler never silently drops a batch.
             errors += 1
-            log.exception("a3m event handler error (counted; the other events of "
-                          "the batch are still handled)")
+            log.exception(_HANDLER_ERROR)
         else:
             events.clear()  # a handler that read the events without taking them
     return errors
@@ -202,10 +218,10 @@ class Driver:
             where = parse_bind(bind)
             end_lingering(proto.id, where[1])
             sock = open_udp(where)
-        self._adopt(sock)  # or the socket of a driver handing over its linger (a3m.aio)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._adopt(sock)  # or the socket of a driver handing over its linger (a3m.aio)
         self._buf = bytearray(65536)  # used under the lock only (by whichever thread turns)
         self._view = memoryview(self._buf)
         #: True while no thread runs a turn: every turn-runner is in select or parked, so an
@@ -221,6 +237,7 @@ class Driver:
         self._wake_written = False  # a byte may be in the wake pipe: read it on the next turn
         self._busy_poll_s = busy_poll_s
         self._poll_choice = PollChoice(busy_poll_s)
+        self._poll_preempted = False  # the current wait's poll lost the CPU (PollChoice)
         self.poll_hits = 0  # leader waits that a brief poll ended (diagnostics)
         self._running = True
         self._lingering = False  # closed for the application, answering peers (linger)
@@ -283,7 +300,11 @@ class Driver:
         if proto.has_output():
             wait_s = 0.0
         else:
-            deadline = self._deadline()
+            deadline = proto.next_timer()  # (self._deadline(), inline)
+            if self._upper_timer is not None:
+                upper = self._upper_timer()
+                if upper is not None and (deadline is None or upper < deadline):
+                    deadline = upper
             if deadline is not None and deadline - now < wait_s:
                 wait_s = max(0.0, deadline - now)
         me = threading.get_ident()
@@ -295,11 +316,14 @@ class Driver:
         sock = self._sock
         self.lock.release()
         try:
-            if wait_s > 0:
-                try:
-                    self._wait_for_input(sock, wait_s)
-                except (OSError, ValueError):
-                    pass  # the socket was swapped by rebind or closed by stop
+            try:
+                if wait_s > 0:
+                    try:
+                        self._wait_for_input(sock, wait_s)
+                    except (OSError, ValueError):
+                        pass  # the socket was swapped by rebind or closed by stop
+            finally:
+                self.lock.acquire()  # once: the turn runs under it (see _turn)
             if self._running:
                 try:
                     self._turn(self._buf, self._view, leader=True)
@@ -307,7 +331,6 @@ class Driver:
                     self.loop_errors += 1
                     log.exception("a3m I/O loop error (counted, loop continues)")
         finally:
-            self.lock.acquire()
             self._leader = None
             self._sleeping = True  # the I/O thread is parked or in select
             if self._park_notify:
@@ -344,21 +367,26 @@ class Driver:
         if (not (poll and self._poll(rlist, min(budget, wait_s), t0))
                 and not select.select(rlist, [], [], wait_s)[0]):
             return  # nothing came: the wait says nothing about either way
-        choice.record(poll, time.perf_counter() - t0)
+        choice.record(poll, time.perf_counter() - t0, self._poll_preempted)
+        self._poll_preempted = False
 
     def _poll(self, rlist: list[Any], budget: float, t0: float) -> bool:
         """Poll ``rlist`` for up to ``budget`` seconds (True: input arrived). A thread that
         sleeps in ``select`` takes tens of microseconds to wake (its CPU idles); polling
         skips that when input comes within the budget, for at most the budget in CPU."""
         end = t0 + budget
-        sel = select.select
+        look = self._look  # (rlist's socket and pipe, as a poll object: see _adopt)
+        clock = time.perf_counter
         while True:
-            if sel(rlist, [], [], 0)[0]:
+            if look(0):
                 self.poll_hits += 1
                 return True
-            if time.perf_counter() >= end:
+            t = clock()
+            if t >= end:
                 return False
             os.sched_yield()  # a peer on this CPU runs now (no cost on an otherwise idle CPU)
+            if clock() - t > PREEMPTED_S:
+                self._poll_preempted = True  # another task had the CPU: see PollChoice
 
     def _deadline(self) -> float | None:
         deadline = self.proto.next_timer()
@@ -386,12 +414,22 @@ class Driver:
         I/O thread sleeps (a lone request leaves at once instead of after a thread hand-off;
         under load the I/O thread is awake and batches instead). Wakes the I/O thread only
         if the protocol now has an earlier deadline than the one it sleeps until."""
-        if not self._sleeping or not self.proto.has_output():
+        proto = self.proto
+        if not self._sleeping or not proto.has_output():
             return  # a turn is under way (it sends), or nothing to send: no new deadline
         self._send_now()
-        deadline = self._deadline()
-        if deadline is not None:
-            self.wake_by(deadline)
+        # self.wake_by(self._deadline()), inline; the layer above's deadline is asked only
+        # when Exon's is not earlier than the sleeper's already.
+        until = self._io_until
+        if self._leader is not None and self._lead_until < until:
+            until = self._lead_until
+        t = proto.next_timer()
+        if t is None or t >= until:
+            upper = self._upper_timer
+            t = None if upper is None else upper()
+            if t is None or t >= until:
+                return
+        self.wake()
 
     def wake_by(self, t: float) -> None:
         """Under the lock: make sure a turn happens by ``t`` (wakes the I/O thread, or the
@@ -410,6 +448,12 @@ class Driver:
         self._sock = sock
         self._readable = _readable(sock)
         self._io = offload_for(sock)  # GSO sends, GRO reads where the kernel has them
+        #: ``poll(0)`` of the socket and the wake-up pipe: the busy poll's look (0.9 us here
+        #: against 3.7 for a ``select`` of the two).
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        self._look = poller.poll
         self.port = sock.getsockname()[1]
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
@@ -584,6 +628,9 @@ class Driver:
             self._close_fds()
 
     def _turn(self, buf: bytearray, view: memoryview, leader: bool = False) -> None:
+        """One turn: read, hand over, send. The I/O thread's takes the lock for the protocol's
+        part and sends without it; a ``leader``'s runs under the lock its caller (``wait``)
+        holds, the sends included: the lock is taken once per wait, not twice."""
         proto = self.proto
         if self._wake_written:
             self._wake_written = False
@@ -591,7 +638,9 @@ class Driver:
                 os.read(self._wake_r, 4096)
             except (BlockingIOError, OSError):
                 pass
-        with self.lock:
+        if not leader:
+            self.lock.acquire()
+        try:
             self._sleeping = False
             sock = self._sock  # read under the lock: rebind may have swapped it
             readable = self._readable
@@ -639,6 +688,9 @@ class Driver:
                 # (it releases the interpreter at each call), and the peer saw reordering:
                 # spurious fast retransmissions, 0.4-2 % of a 1500-byte stream's datagrams.
                 self._send_order.acquire()
+        finally:
+            if not leader:
+                self.lock.release()
         if out:
             try:
                 # a full kernel buffer or an ICMP error surfacing: counted, the timers resend

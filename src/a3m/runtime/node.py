@@ -317,8 +317,9 @@ class Node:
             self._driver.notify_all()
         if self._buffering or self._stalled:
             self._take_buffers(now)
-        for sock in list(self._reading_ahead):
-            sock._report()
+        if self._reading_ahead:
+            for sock in list(self._reading_ahead):
+                sock._report()
         self._bridge.pump(now)
         for fn in self._listeners:
             fn()
@@ -345,7 +346,8 @@ class Node:
         the window's end, and leaves with what else comes meanwhile, as BATCHes. There, a
         stream's socket (``sock``) also opens its send buffer (:meth:`Socket.send`)."""
         cork = self._cork
-        if not cork.follows(now):
+        last, cork.sent_at = cork.sent_at, now  # (cork.follows(now), inline)
+        if now - last >= cork.window_s:
             self._after_call()
             return
         if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:

@@ -24,29 +24,44 @@ POLL_LEEWAY = 1.25
 #: outweigh the many waits that polling shortened (it did, before the cap: a REP server slept
 #: in select for one wait in six while polling answered every wait it was given).
 CAP_BUDGETS = 1.0
+#: A ``sched_yield`` of the busy poll that returns this much later (seconds) gave the CPU to
+#: another runnable task for a scheduler slice (2-3 ms here): polling competes with it for
+#: the CPU, where a sleeping thread would have been woken at once (a sleeper preempts a
+#: task that spins). With a CPU-bound process beside a REP server, its polled waits cost
+#: 2.1 ms each (p50) against 0.45 ms sleeping, and the cap hid it.
+PREEMPTED_S = 0.001
+#: Polling stops while more than this share of the polled waits (their average) lost the
+#: CPU so: one now and then (another process ran once) leaves polling on, a task that
+#: competes for the CPU all the time turns it off until explorations find the CPU free.
+PREEMPTED_SHARE = 0.25
 
 
 class PollChoice:
     """The poll-or-sleep choice of one driver's waits (not thread-safe: one leader at a time)."""
 
-    __slots__ = ("budget", "waits", "poll_s", "block_s")
+    __slots__ = ("budget", "waits", "poll_s", "block_s", "preempted")
 
     def __init__(self, budget: float) -> None:
         self.budget = budget
         self.waits = 0
         self.poll_s = 0.0  # average wait until input when polling first
         self.block_s = 0.0  # ... when sleeping in select at once
+        self.preempted = 0.0  # average share of polled waits that lost the CPU
 
     def poll_next(self) -> bool:
         """Whether the next wait polls first."""
         self.waits += 1
-        return (self.poll_s <= self.block_s * POLL_LEEWAY) != (self.waits % EXPLORE == 0)
+        prefer = (self.poll_s <= self.block_s * POLL_LEEWAY
+                  and self.preempted <= PREEMPTED_SHARE)
+        return prefer != (self.waits % EXPLORE == 0)
 
-    def record(self, polled: bool, waited_s: float) -> None:
+    def record(self, polled: bool, waited_s: float, preempted: bool = False) -> None:
         """A wait that ended with input after ``waited_s`` seconds (a wait that timed out
-        says nothing about either way and is not recorded)."""
+        says nothing about either way and is not recorded). ``preempted``: the poll lost the
+        CPU to another task (:data:`PREEMPTED_S`)."""
         waited_s = min(waited_s, CAP_BUDGETS * self.budget)
         if polled:
+            self.preempted += ((1.0 if preempted else 0.0) - self.preempted) * WEIGHT
             self.poll_s += (waited_s - self.poll_s) * WEIGHT
         else:
             self.block_s += (waited_s - self.block_s) * WEIGHT

@@ -34,6 +34,7 @@ class Owner(Protocol):
     """What a socket needs of its node (:class:`a3m.Node`), which creates it."""
 
     id: str
+    _closed: bool
     _driver: Driver
     _core: NodeCore
     _buffering: set[Socket]  # open send buffers: the node's turn drains them
@@ -206,19 +207,22 @@ class Socket:
                 cookie is None or self._core.jar.held + len(buf.items) < self._core.jar.limit
                 ) and buf.offer(data, cookie):
             return
-        _check_timeout(timeout)
-        drv = self.node._driver
+        if timeout is not None and timeout < 0:
+            _check_timeout(timeout)
+        node = self.node
+        drv = node._driver
         core = self._core
         deadline = -1.0  # set on the first wait: a send that goes through reads no clock twice
         with drv.lock:
             while True:
-                self._check_open()
+                if self._closed or node._closed or not drv.running:
+                    self._check_open()  # (it raises)
                 now = time.monotonic()
                 core.node.now = now
                 if buf.items:
                     self._drain(now)  # what was buffered goes first
                 if not buf.items and core.try_send(data, cookie, **kw):
-                    self.node._after_send(now, self)
+                    node._after_send(now, self)
                     return
                 why = self._why_blocked(cookie is not None)
                 deadline, left = _time_left(
@@ -334,6 +338,33 @@ class Socket:
             return self._take(self._take_ahead, timeout, "recv")[0]
         return self._take(self._core.try_recv_payload, timeout, "recv")
 
+    def _recv_now(self) -> bytes | None:
+        """:meth:`recv` with ``timeout=0`` that returns None instead of raising WouldBlock
+        (``a3m.aio`` tries this way: a raised exception per wait cost more than the rest of
+        the try). Raises Closed as :meth:`recv` does."""
+        inbox = self._inbox
+        if inbox:
+            try:
+                return inbox.popleft()[0]
+            except IndexError:  # another thread took the last one meanwhile
+                pass
+        node = self.node
+        drv = node._driver
+        core = self._core
+        with drv.lock:
+            core.node.now = time.monotonic()
+            if self._prefetch:
+                got = self._take_ahead()
+                out = None if got is None else got[0]
+            else:
+                out = core.try_recv_payload()
+            if out is not None:
+                node._after_call()
+                return out
+            if self._closed or node._closed or not drv.running:
+                self._check_open()  # (it raises)
+            return None
+
     def _take_ahead(self) -> tuple[bytes, tuple[str, str]] | None:
         """Under the node's lock: the next message with its source, and what else is there
         (up to :data:`PREFETCH` in all) into the inbox behind what it holds already."""
@@ -405,8 +436,10 @@ class Socket:
     def _take(self, take: Callable[[], _T | None], timeout: float | None, what: str) -> _T:
         """Under the node's lock: ``take()`` until it gives something (not None), waiting for
         the network in between; then hand credits and the rest to the transport."""
-        _check_timeout(timeout)
-        drv = self.node._driver
+        if timeout is not None and timeout < 0:
+            _check_timeout(timeout)
+        node = self.node
+        drv = node._driver
         core = self._core
         deadline = -1.0  # set on the first wait: a message already there costs no clock read
         with drv.lock:
@@ -415,9 +448,10 @@ class Socket:
                 core.node.now = now
                 out = take()
                 if out is not None:
-                    self.node._after_call()
+                    node._after_call()
                     return out
-                self._check_open()
+                if self._closed or node._closed or not drv.running:
+                    self._check_open()  # (it raises)
                 deadline, left = _time_left(timeout, deadline, now,
                                             f"nothing to receive on {self.id.tag!r}",
                                             f"{what} on {self.id.tag!r}")
