@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
+from heapq import heappop, heappush
 from itertools import accumulate, chain
 from random import Random
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -127,6 +128,11 @@ class SocketCore:
         #: Positions in :attr:`ahead_flags` count from this (the runtime's inbox count).
         self.ahead_base = 0
         self.links: dict[PeerId, Link] = {}
+        #: The peers of ``links`` by node (a node lost ends its links without a look at all).
+        self._by_node: dict[str, set[PeerId]] = {}
+        #: Links with messages waiting in ``inq``, in the order they got them (each once:
+        #: ``Link.ready``): receives take from here, fair, without a look at idle links.
+        self._ready: deque[Link] = deque()
         self.orphans: deque[Received] = deque()  # delivered on links that have since closed
         self.refusals: dict[PeerId, int] = {}  # last refusal per peer (for wait_linked)
         self.retry_at: dict[PeerId, float] = {}
@@ -136,9 +142,14 @@ class SocketCore:
         self.violations = 0
         self.stats: dict[str, int] = {"sent": 0, "received": 0, "delivered": 0}
         self._rr_send = 0
-        self._rr_recv = 0
         self._ring: list[Link] | None = None
-        self._keepalive_at = INF  # next look for quiet links (INF: no established link)
+        #: Deadlines, one lazy heap entry each (stale ones are skipped): each established
+        #: link's keepalive (``Link.ka_at``), each relink after a refusal (``retry_at``).
+        self._ka_heap: list[tuple[float, int, Link]] = []
+        self._retry_heap: list[tuple[float, int, PeerId]] = []
+        self._timer_seq = 0
+        #: Heap entries the timers took (diagnostics: work per turn, not per link).
+        self.timer_looks = 0
         cls = type(self)
         #: Whether the default send and receive hooks are in force, so a batch of messages
         #: may go to one link as one BATCH, and be taken from the queues in one go.
@@ -192,6 +203,9 @@ class SocketCore:
     def on_data(self, link: Link, payload: bytes) -> None:
         """A DATA message arrived in order; default: queue it for the application."""
         link.inq.append(payload)
+        if not link.ready:
+            link.ready = True
+            self._ready.append(link)
 
     def on_data_many(self, link: Link, payloads: list[bytes]) -> None:
         """Several DATA messages arrived in order (a BATCH); default: :meth:`on_data` for
@@ -199,6 +213,9 @@ class SocketCore:
         that raises loses only its own message: the rest are still handed on."""
         if self._default_on_data:
             link.inq.extend(payloads)
+            if not link.ready:
+                link.ready = True
+                self._ready.append(link)
             return
         failed: Exception | None = None
         for payload in payloads:
@@ -413,24 +430,22 @@ class SocketCore:
 
     def next_from_links(self) -> tuple[Link, bytes] | None:
         """Take the next queued DATA payload, fair round robin over links, and return its
-        credit (:meth:`delivered_from`): the building block of :meth:`choose_recv`."""
-        ring = self._ring if self._ring is not None else self.link_ring()
-        n = len(ring)
-        if n == 1:
-            link = ring[0]
-            if not link.inq:
-                return None
-            payload = link.inq.popleft()
+        credit (:meth:`delivered_from`): the building block of :meth:`choose_recv`. Only
+        links with messages waiting are looked at (``_ready``), however many are idle."""
+        ready = self._ready
+        while ready:
+            link = ready.popleft()
+            q = link.inq
+            if not q:  # emptied since (the link ended)
+                link.ready = False
+                continue
+            payload = q.popleft()
+            if q:
+                ready.append(link)  # its next message after the other links' next
+            else:
+                link.ready = False
             self.delivered_from(link)
             return link, payload
-        start = self._rr_recv
-        for i in range(n):
-            link = ring[(start + i) % n]
-            if link.inq:
-                self._rr_recv = (start + i + 1) % n
-                payload = link.inq.popleft()
-                self.delivered_from(link)
-                return link, payload
         return None
 
     def take_from_links(self, max_items: int) -> list[bytes]:
@@ -444,33 +459,33 @@ class SocketCore:
                   ) -> list[tuple[PeerId, list[bytes]]]:
         """As :meth:`take_from_links`, by link: ``(peer, payloads)`` runs. ``ahead``: only
         the first message goes to the application now (the rest is read ahead), so a
-        message sent with a cookie is taken only as that first one."""
-        ring = self._ring if self._ring is not None else self.link_ring()
-        n = len(ring)
+        message sent with a cookie is taken only as that first one. Each link with messages
+        waiting gives what it has in turn, in the order they came (``_ready``); idle links
+        cost nothing."""
+        ready = self._ready
         runs: list[tuple[PeerId, list[bytes]]] = []
         left = max_items
-        start = self._rr_recv % n if n else 0
-        for i in range(n):
-            link = ring[(start + i) % n]
+        for _ in range(len(ready)):
+            if not left:
+                break
+            link = ready.popleft()
             q = link.inq
-            if not q:
+            if not q:  # emptied since (the link ended)
+                link.ready = False
                 continue
             if len(q) <= left:
                 got = list(q)
                 q.clear()
+                link.ready = False
             else:
                 popleft = q.popleft
                 got = [popleft() for _ in range(left)]
+                ready.append(link)  # the rest after the other links' turn
             runs.append((link.peer, got))
             if ahead and link.confirm_q:
                 self._hold_ahead(link, len(got), max_items - left)
             left -= len(got)
             self.delivered_from(link, len(got))
-            if not left:
-                self._rr_recv = (start + i + 1) % n
-                return runs
-        if n:
-            self._rr_recv = (start + 1) % n
         return runs
 
     def delivered_from(self, link: Link, count: int = 1) -> None:
@@ -796,7 +811,16 @@ class SocketCore:
 
     @property
     def readable(self) -> bool:
-        return self.receives and (bool(self.orphans) or any(lk.inq for lk in self.links.values()))
+        if not self.receives:
+            return False
+        if self.orphans:
+            return True
+        ready = self._ready
+        while ready:
+            if ready[0].inq:
+                return True
+            ready.popleft().ready = False  # emptied since (the link ended)
+        return False
 
     @property
     def writable(self) -> bool:
@@ -854,6 +878,16 @@ class SocketCore:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UsageError("max_cookies must be an int >= 1")
             self.jar.limit = value
+        elif name == "keepalive_s":
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise UsageError("keepalive_s must be a number >= 0")
+            setattr(self.options, name, value)
+            if value > 0:  # (a new period: every established link's deadline follows it)
+                for link in self.links.values():
+                    if link.state is State.ESTABLISHED:
+                        link.ka_at = INF
+                        self._arm_keepalive(link, max(link.last_active, link.pinged_at) + value)
+            return
         elif name == "capacity_max":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise UsageError("capacity_max must be an int >= 0")
@@ -862,37 +896,68 @@ class SocketCore:
         setattr(self.options, name, value)
 
     def next_timer(self) -> float | None:
-        t = min(self.retry_at.values()) if self.retry_at else INF
-        if self._keepalive_at < t:
-            t = self._keepalive_at
+        t = INF
+        heap = self._retry_heap
+        retry_at = self.retry_at
+        while heap:
+            rt, _, peer = heap[0]
+            if retry_at.get(peer) == rt:
+                t = rt
+                break
+            heappop(heap)  # stale: linked, cancelled or moved since
+        kh = self._ka_heap
+        while kh:
+            kt, _, link = kh[0]
+            if link.ka_at == kt:
+                if kt < t:
+                    t = kt
+                break
+            heappop(kh)
         return None if t == INF else t
 
     def handle_timer(self, now: float) -> None:
-        for peer, t in list(self.retry_at.items()):
-            if t <= now:
-                del self.retry_at[peer]
-                if not self.closed and peer not in self.links:
-                    self._start_link(peer)
-        if now >= self._keepalive_at:
+        heap = self._retry_heap
+        retry_at = self.retry_at
+        while heap and heap[0][0] <= now:
+            t, _, peer = heappop(heap)
+            self.timer_looks += 1
+            if retry_at.get(peer) != t:
+                continue
+            del retry_at[peer]
+            if not self.closed and peer not in self.links:
+                self._start_link(peer)
+        if self._ka_heap and self._ka_heap[0][0] <= now:
             self._keepalive(now)
 
+    def _arm_keepalive(self, link: Link, t: float) -> None:
+        """``link``'s keepalive deadline is ``t`` (one heap entry; an earlier one stays)."""
+        if t < link.ka_at:
+            link.ka_at = t
+            self._timer_seq += 1
+            heappush(self._ka_heap, (t, self._timer_seq, link))
+
     def _keepalive(self, now: float) -> None:
-        """PING every established link quiet for ``keepalive_s``; look again in half that."""
+        """PING each established link quiet for ``keepalive_s``: only the links whose
+        deadline came are looked at (a heap, one entry per link); a link with traffic since
+        its deadline was set is put back at its last activity plus the period, unpinged."""
         period = self.options.keepalive_s
-        self._keepalive_at = INF
-        if period <= 0:
-            return
-        established = False
-        for link in self.links.values():
-            if link.state is not State.ESTABLISHED:
+        heap = self._ka_heap
+        while heap and heap[0][0] <= now:
+            t, _, link = heappop(heap)
+            self.timer_looks += 1
+            if link.ka_at != t:
+                continue  # stale
+            link.ka_at = INF
+            if period <= 0 or link.state is not State.ESTABLISHED \
+                    or self.links.get(link.peer) is not link:
                 continue
-            established = True
-            if now - link.last_active >= period and now - link.pinged_at >= period:
+            due = max(link.last_active, link.pinged_at) + period
+            if now >= due:
                 link.pinged_at = now
                 self._emit(link.peer, Message(m.PING, self.tag, link.peer[1], link.my_inc,
                                               link.peer_inc))
-        if established:
-            self._keepalive_at = now + period / 2
+                due = now + period
+            self._arm_keepalive(link, due)
 
     # ================================================================ losing a peer
 
@@ -911,7 +976,8 @@ class SocketCore:
 
     def peer_lost(self, node_id: str) -> None:
         """The node ``node_id`` stopped answering: every link to it ends now."""
-        for link in [lk for lk in self.links.values() if lk.peer[0] == node_id]:
+        peers = self._by_node.get(node_id)
+        for link in [self.links[p] for p in peers] if peers else []:
             self.on_link_lost(link, unknown_outcome=False)
             self._lose(link)
         if self.jar.out:
@@ -978,6 +1044,11 @@ class SocketCore:
                     partial(self.node.rtt, peer[0]))
         link.peer_tag_bytes = m.encoded_tag(peer[1])
         self.links[peer] = link
+        by_node = self._by_node.get(peer[0])
+        if by_node is None:
+            self._by_node[peer[0]] = {peer}
+        else:
+            by_node.add(peer)
         self._ring = None
         return link
 
@@ -1085,8 +1156,8 @@ class SocketCore:
     def _establish(self, link: Link) -> None:
         link.advance(Ev.ESTABLISH)
         link.last_active = self.node.now
-        if self._keepalive_at == INF and self.options.keepalive_s > 0:
-            self._keepalive_at = self.node.now + self.options.keepalive_s / 2
+        if self.options.keepalive_s > 0:
+            self._arm_keepalive(link, self.node.now + self.options.keepalive_s)
         meta = link.peer_meta or {}
         credits = meta.get("credits", 0)
         link.send.edge = credits if isinstance(credits, int) else 0
@@ -1110,7 +1181,9 @@ class SocketCore:
         self._retry_count[peer] = n + 1
         delay = min(self.options.retry_base_s * (2 ** n), self.options.retry_max_s)
         delay *= 0.5 + self.rng.random()  # randomised so two sockets do not retry in step
-        self.retry_at[peer] = self.node.now + delay
+        t = self.retry_at[peer] = self.node.now + delay
+        self._timer_seq += 1
+        heappush(self._retry_heap, (t, self._timer_seq, peer))
 
     # ---------------------------------------------------------------- unlink
 
@@ -1311,6 +1384,11 @@ class SocketCore:
     def _forget(self, link: Link, graceful: bool = False) -> None:
         if self.links.get(link.peer) is link:
             del self.links[link.peer]
+            by_node = self._by_node.get(link.peer[0])
+            if by_node is not None:
+                by_node.discard(link.peer)
+                if not by_node:
+                    del self._by_node[link.peer[0]]
             self._ring = None
         if not graceful:  # DATA not handed on yet stays here: the link cannot carry it
             never_left = (list(range(link.pending_seq, link.pending_seq + len(link.pending)))

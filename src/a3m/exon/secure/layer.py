@@ -176,6 +176,7 @@ class SecureLayer:
         self._pending: dict[str, _Initiation] = {}
         self._pending_by_index: dict[int, _Initiation] = {}
         self._completed: dict[bytes, tuple[float, Session]] = {}
+        self._completed_order: deque[tuple[float, bytes]] = deque()
         self._control: list[tuple[bytes, Address]] = []
         self._timers: list[tuple[float, int, Session | _Initiation]] = []
         self._seq = 0
@@ -601,11 +602,20 @@ class SecureLayer:
             self._on_session(peer, now)
 
     def _remember(self, e_i: bytes, s: Session, now: float) -> None:
+        """Keep the handshake made from ``e_i`` for twice a cookie's life (a repeated
+        INITIATE is answered under its session). Every entry lives as long, so they expire in
+        the order they came: the expired ones leave from the front of ``_completed_order``
+        (a handshake costs O(1), not a look at every handshake of the last four minutes)."""
         done = self._completed
-        if len(done) > 1024:
-            for k in [k for k, (t, _) in done.items() if t < now]:
+        order = self._completed_order
+        while order and order[0][0] < now:
+            t, k = order.popleft()
+            got = done.get(k)
+            if got is not None and got[0] == t:
                 del done[k]
-        done[e_i] = (now + 2 * COOKIE_LIFETIME_S, s)
+        t = now + 2 * COOKIE_LIFETIME_S
+        done[e_i] = (t, s)
+        order.append((t, e_i))
 
     def _end_pending(self, init: _Initiation) -> None:
         init.alive = False
