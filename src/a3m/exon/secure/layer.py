@@ -69,6 +69,20 @@ SOURCE_RATE = 100.0
 #: The handshake and RETRY budgets hold this many seconds' worth at most (the burst): a
 #: flood's first moments cost a tenth of a second of key exchanges, not a whole second.
 HANDSHAKE_BURST_S = 0.1
+#: Under load, a HELLO answered with a RETRY takes this much of its source's budget (a key
+#: exchange or a cookie checked takes 1): a RETRY costs an HMAC and a datagram smaller than
+#: the HELLO, and ``retry_rate`` bounds them all, so a fleet behind one address (a NAT, a
+#: Kubernetes node) gets SOURCE_RATE / RETRY_COST RETRYs a second, then proves itself.
+RETRY_COST = 0.1
+#: Addresses that proved themselves (a HELLO with a valid RETRY token) stay proven this
+#: long, and at most this many are remembered (all forgotten beyond).
+PROVEN_S = COOKIE_LIFETIME_S
+MAX_PROVEN = 65536
+#: Key exchanges a second for HELLOs whose RETRY token proved their address, in all (a 0.1 s
+#: burst): no per-source budget holds them, only this bound on the CPU they may take (a
+#: responder's key exchanges cost ~0.3 ms: about half a core). A token replayed is refused
+#: nothing more than this.
+PROVEN_RATE = 2000.0
 #: Sources whose budget is tracked at once; beyond, those idle for a second (their budget
 #: full again) are forgotten, and all of them if that is not enough.
 MAX_SOURCES = 4096
@@ -162,6 +176,12 @@ class SecureLayer:
         self._retries = retry_rate * HANDSHAKE_BURST_S  # RETRYs a second, in all
         self._retries_at = -INF
         self._sources: dict[Hashable, list[float]] = {}  # source -> [budget left, when]
+        # Key exchanges for HELLOs whose RETRY token proved their address: no per-source
+        # budget, only this one (PROVEN_RATE); such an address's INITIATE skips its source's
+        # budget too (``_proven``: address -> until).
+        self._proven_bucket = PROVEN_RATE * HANDSHAKE_BURST_S
+        self._proven_at = -INF
+        self._proven: dict[Address, float] = {}
         # HELLOs and INITIATEs, metered as the bucket above but over a second's burst: in
         # debt, the node is under load and the per-source budgets apply.
         self._load = handshake_rate
@@ -401,7 +421,7 @@ class SecureLayer:
         self._arm(init, now + self._timeout)
         return init
 
-    def _source_ok(self, addr: Address, now: float) -> bool:
+    def _source_ok(self, addr: Address, now: float, cost: float = 1.0) -> bool:
         """Under load, take one from the budget of the source ``addr`` counts as (False: it
         is spent; counted ``unauth_shed``). Under load: more HELLOs and INITIATEs than
         ``handshake_rate`` a second, over about a second (WireGuard limits per source only
@@ -421,15 +441,33 @@ class SecureLayer:
                     del sources[k]
                 if len(sources) >= MAX_SOURCES:
                     sources.clear()
-            sources[key] = [SOURCE_RATE - 1.0, now]
+            sources[key] = [SOURCE_RATE - cost, now]
             return True
         left = min(SOURCE_RATE, b[0] + (now - b[1]) * SOURCE_RATE)
         b[1] = now
-        if left < 1.0:
+        if left < cost:
             b[0] = left
             self.stats.unauth_shed += 1
             return False
-        b[0] = left - 1.0
+        b[0] = left - cost
+        return True
+
+    def _proven_ok(self, addr: Address, now: float) -> bool:
+        """A HELLO's RETRY token checked out: ``addr`` is proven. Take a key exchange from
+        the proven peers' budget (False: spent, ``unauth_shed``), not from its source's:
+        thousands of honest peers behind one address are held by CPU only."""
+        left = min(PROVEN_RATE * HANDSHAKE_BURST_S,
+                   self._proven_bucket + (now - self._proven_at) * PROVEN_RATE)
+        self._proven_at = now
+        if left < 1.0:
+            self._proven_bucket = left
+            self.stats.unauth_shed += 1
+            return False
+        self._proven_bucket = left - 1.0
+        proven = self._proven
+        if len(proven) >= MAX_PROVEN and addr not in proven:
+            proven.clear()
+        proven[addr] = now + PROVEN_S
         return True
 
     def _on_hello(self, data: bytes | memoryview, addr: Address, now: float) -> None:
@@ -441,12 +479,12 @@ class SecureLayer:
         if tlen not in (0, p.TOKEN_BYTES):
             st.malformed += 1
             return
-        if not self._source_ok(addr, now):
-            return
         busy = False
-        if not tlen:
+        if not tlen:  # (a token is checked below: a valid one skips the source's budget)
             rate = self._rate
             left = min(rate * HANDSHAKE_BURST_S, self._bucket + (now - self._bucket_at) * rate)
+            if not self._source_ok(addr, now, RETRY_COST if left < 1.0 else 1.0):
+                return
             self._bucket_at = now
             self._bucket = max(-rate, left - 1.0)
             if left < 1.0:
@@ -467,9 +505,12 @@ class SecureLayer:
         index_b = bytes(data[at + KEY_BYTES:at + KEY_BYTES + 4])
         bound = _addr_bytes(addr) + e_i + index_b
         if tlen:
-            # The address is proven (or the token forged): only the source's budget applies.
+            # The address is proven (or the token forged): an HMAC tells, then only the
+            # proven peers' budget applies (docs/exon-wire.md, "Under load").
             if not self._jar.token_ok(bytes(data[3:at]), bound, now):
                 st.token_invalid += 1
+                return
+            if not self._proven_ok(addr, now):
                 return
         elif busy:
             st.retries_sent += 1
@@ -553,7 +594,8 @@ class SecureLayer:
         if len(data) < head + KEY_BYTES + hs.COOKIE_BYTES:
             st.truncated += 1
             return
-        if not self._source_ok(addr, now):
+        until = self._proven.get(addr)
+        if (until is None or now >= until) and not self._source_ok(addr, now):
             return
         _, _, index_i = p.INITIATE_HDR.unpack_from(data)
         e_i = bytes(data[head:head + KEY_BYTES])
