@@ -48,6 +48,14 @@ SYSTEMS = ("a3m", "pyzmq")
 _ID = struct.Struct(">II")  # producer index, sequence number
 
 
+def _node_options() -> dict[str, Any]:
+    """Exon options for every A3M node of the run (``--node-option``, passed down in
+    ``A3M_FANIN_NODE_OPTIONS`` as JSON): to try a setting at fleet scale."""
+    import json
+
+    return dict(json.loads(os.environ.get("A3M_FANIN_NODE_OPTIONS", "{}")))
+
+
 def _rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -231,7 +239,7 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
                    timeout: float) -> None:
     import a3m
 
-    node = a3m.Node("collector", key=os.urandom(32))
+    node = a3m.Node("collector", key=os.urandom(32), **_node_options())
     pull = node.socket(a3m.PULL, "in")
     links = pull._core.links
     rss0 = _rss()
@@ -363,7 +371,7 @@ async def _a3m_producers(conn: Any, first: int, count: int, address: tuple[str, 
     nodes = []
     for i in range(first, first + count):
         node = a3m.aio.Node(f"p{i}", bind=(source_address(i, sources), 0),
-                            key=os.urandom(32))
+                            key=os.urandom(32), **_node_options())
         node.associate("collector", address)
         nodes.append((i, node, node.socket(a3m.PUSH, "out")))
     conn.send({"created": count})
@@ -571,7 +579,8 @@ def run_fanin(peer_counts: tuple[int, ...], messages: int | None = None, size: i
     result: dict[str, Any] = {"workload": "fanin", "peers": last, "size": size,
                               "messages": top["messages_each"] * last,
                               "placement": placement, "sources": sources,
-                              "quiet_s": quiet_s, "timeout_s": timeout}
+                              "quiet_s": quiet_s, "timeout_s": timeout,
+                              "node_options": _node_options()}
     for key in ("link_s", "idle_cpu_pct", "kib_per_peer", "rx_drops", "msgs_per_s", "sent",
                 "received", "lost", "duplicates", "phantoms", "unsent", "exact", "error"):
         if key in top:
