@@ -5,6 +5,7 @@ one attempt each. Sans-I/O, virtual clock: counts, never timings."""
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from random import Random
 
@@ -13,7 +14,7 @@ from a3m.exon.secure import NodeKey, packets
 from a3m.exon.secure import handshake as hs
 from a3m.exon.secure.cookies import SECRET_ROTATION_S, CookieJar
 from a3m.exon.secure.responder import source_of
-from a3m.exon.secure.state import HANDSHAKE_BURST_S, MAX_SOURCES, SOURCE_RATE
+from a3m.exon.secure.state import HANDSHAKE_BURST_S, MAX_SOURCES, RETRY_COST, SOURCE_RATE
 
 from .secure_net import SecureNet
 
@@ -93,19 +94,26 @@ def test_a_lasting_hello_flood_gets_no_key_exchange_after_its_burst() -> None:
 
 def test_one_source_gets_its_share_and_others_are_still_served() -> None:
     """One address sending HELLOs and INITIATEs as fast as it can gets SOURCE_RATE a second
-    of work (after its burst); another address is answered meanwhile. An IPv6 source is its
-    /64, whatever the port or the rest of the address."""
-    net = SecureNet("b", config=ExonConfig(handshake_rate=0.0))  # every HELLO gets a RETRY
+    of work (after its burst), a RETRY taking RETRY_COST of it; another address is answered
+    meanwhile. An IPv6 source is its /64, whatever the port or the rest of the address."""
+    # Every HELLO gets a RETRY (no key exchange), as many as the source's budget allows.
+    net = SecureNet("b", config=ExonConfig(handshake_rate=0.0, retry_rate=1e6))
     b = net.nodes["b"]
     st = b.stats
     for i in range(2_000):
         net.now += 0.0001  # 10 000 a second, for 0.2 s
         net.inject(_hello(i), ("192.0.2.7", 1000 + i), "b")
     worked = st.retries_sent
-    assert SOURCE_RATE <= worked <= SOURCE_RATE * (1 + 0.2) + 1
+    share = SOURCE_RATE / RETRY_COST
+    assert share <= worked <= share * (1 + 0.2) + 1
     assert st.unauth_shed == 2_000 - worked
     net.inject(_hello(5), ("192.0.2.8", 1), "b")
     assert st.retries_sent == worked + 1
+    for i in range(2_000):  # forged INITIATEs: a cookie checked costs a whole unit
+        net.now += 0.0001
+        net.inject(packets.INITIATE_HDR.pack(packets.VERSION, packets.INITIATE, i)
+                   + bytes(32 + 72 + 80), ("192.0.2.9", 1000 + i), "b")
+    assert SOURCE_RATE <= st.cookie_invalid <= SOURCE_RATE * (1 + 0.2) + 1
     assert source_of(("2001:db8::1", 5, 0, 0)) == source_of(("2001:db8::ffff:1", 6, 0, 0))
     assert source_of(("2001:db8:0:1::1", 5, 0, 0)) != source_of(("2001:db8::1", 5, 0, 0))
     assert source_of(("192.0.2.7", 1)) == source_of(("192.0.2.7", 2))
@@ -167,3 +175,70 @@ def test_cookies_and_tokens_name_their_secret_and_live_over_rotations() -> None:
     assert not jar.token_ok(forged_token, bound, 2.0)
     assert jar.open(cookie, bound, 3 * SECRET_ROTATION_S + 1) is None  # too old, its secret gone
     assert not jar.token_ok(token, bound, 3 * SECRET_ROTATION_S + 1)
+
+
+def test_peers_proven_by_retry_behind_one_address_are_held_by_cpu_not_its_budget() -> None:
+    """1 500 nodes behind one address (a NAT, a Kubernetes node) handshake at once with a
+    node under load: each first HELLO gets a RETRY, the HELLO with its token proves the
+    address, and from then on neither that HELLO nor the INITIATE after it is held by the
+    source's budget (SOURCE_RATE, 100 a second: 15 s for 1 500), only by the key
+    exchanges of proven peers (handshake_rate a second). Virtual clock: all complete
+    within 2 s of it, every one at the first try of each packet."""
+    n = 1_500
+    net = SecureNet("b", config=ExonConfig(handshake_rate=1000.0))
+    b = net.nodes["b"]
+    st = b.stats
+    key = NodeKey(bytes(range(1, 33)))
+    addrs = [("198.51.100.1", 20_000 + i) for i in range(n)]
+    hellos = {}
+    for i, addr in enumerate(addrs):
+        e = NodeKey(hashlib.sha256(b"%d" % i).digest())  # (distinct ephemeral keys)
+        sym, msg1 = hs.hello(e, "b", i)
+        hellos[addr] = (i, e, sym, msg1)
+
+    def out() -> dict[tuple[str, int], bytes]:
+        return {addr: d for d, addr in b.datagrams_to_send(net.now)}
+
+    def hello(addr: tuple[str, int], token: bytes = b"") -> bytes:
+        msg1 = hellos[addr][3]
+        head = packets.HELLO_HDR.pack(packets.VERSION, packets.HELLO, len(token)) + token + msg1
+        return head + bytes(packets.HELLO_SIZE - len(head))
+
+    t0 = net.now
+    tokens: dict[tuple[str, int], bytes] = {}
+    welcomes: dict[tuple[str, int], bytes] = {}
+    for _ in range(50):  # rounds 0.2 s apart (the resend interval): who has no WELCOME
+        pending = [a for a in addrs if a not in welcomes]  # sends its HELLO (again)
+        if not pending:
+            break
+        start = net.now
+        for k, addr in enumerate(pending):  # everyone within 0.15 s: load
+            net.now = start + k * 0.15 / len(pending)
+            net.inject(hello(addr, tokens.get(addr, b"")), addr, "b")
+        for addr, d in out().items():
+            if d[1] == packets.WELCOME:
+                welcomes[addr] = d
+            elif d[1] == packets.RETRY:
+                tokens[addr] = d[packets.RETRY_HDR.size:]
+        net.now = start + 0.2
+    assert len(welcomes) == n and len(tokens) > n // 2  # most proved their address first
+    assert net.now - t0 <= 3.0, net.now - t0  # (the source's budget alone: 15 s and more)
+    initiates = {}
+    for addr, d in welcomes.items():
+        i, e, sym, _ = hellos[addr]
+        w, re = hs.read_welcome(sym, e, d[packets.WELCOME_HDR.size:])
+        msg3, _ = hs.initiate(sym, key, re, f"p{i}", 7)
+        initiates[addr] = (packets.INITIATE_HDR.pack(packets.VERSION, packets.INITIATE, i)
+                           + e.public + w.cookie + msg3)
+    for addr in tokens:  # the proven ones' INITIATEs, all at once: none held
+        net.inject(initiates[addr], addr, "b")
+    assert st.handshakes_accepted == len(tokens)
+    for _ in range(20):  # those welcomed before the load began are budgeted: sent again
+        if st.handshakes_accepted == n:
+            break
+        net.now += 0.2
+        for addr in welcomes:
+            if addr not in tokens:
+                net.inject(initiates[addr], addr, "b")
+    assert st.handshakes_accepted == n
+    assert b.secure is not None and b.secure.session_count() == n

@@ -14,6 +14,9 @@ source and by the ``a3m`` source (:mod:`a3m.benchmarks.pipeline`). ``a3m bench g
 to groups of 1, 4 and 16 DISHes (ALL) beside a PUB with as many SUBs
 (:mod:`a3m.benchmarks.groups`). ``a3m bench storm`` streams while another process floods the
 receiver with garbage datagrams from 254 addresses (:mod:`a3m.benchmarks.storm`).
+``a3m bench fanin --peers N`` links N producer nodes to one collector's PULL and reports
+link-up time, the collector's quiet CPU, memory per peer, kernel drops, fan-in rate and
+exactness beside pyzmq (:mod:`a3m.benchmarks.fanin`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import sys
 from typing import Any
 
 BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc", "pipeline", "groups",
-                    "storm", "bulk")
+                    "storm", "bulk", "fanin")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,6 +87,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="what the attacker sends, one run each (default: all five)")
     st.add_argument("--no-elsewhere", action="store_true",
                     help="skip the runs with the storm aimed at another port of the host")
+    fa = p.add_argument_group("fanin", "many producer nodes into one collector, beside pyzmq")
+    fa.add_argument("--peers", default="1000",
+                    help="producers, one run each (default 1000; e.g. 100,1000,4000: --plot "
+                         "then draws each figure against the number); --messages is per "
+                         "producer (default 200000 / peers, at least 20)")
+    fa.add_argument("--quiet-s", type=float, default=10.0,
+                    help="seconds the collector's CPU is measured with every link quiet "
+                         "(default 10)")
+    fa.add_argument("--per-process", type=int, default=500,
+                    help="producer nodes per process (asyncio; default 500)")
+    fa.add_argument("--sources", type=int, default=1,
+                    help="loopback addresses the producers bind to (default 1: all on "
+                         "127.0.0.1, as a fleet behind one address)")
+    fa.add_argument("--node-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="an Exon option for every A3M node of the run (e.g. "
+                         "rto_initial_s=1.0); repeatable")
+    fa.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds a phase may take before it reports what it saw "
+                         "(default 120)")
     sp = p.add_argument_group("pipeline", "the Spark query fed by rate and by a3m")
     sp.add_argument("--readings", type=int, default=200_000,
                     help="readings per a3m run (default 200000)")
@@ -167,6 +189,7 @@ def _save(result: dict[str, Any], args: argparse.Namespace, plot: str | None,
 def run(args: argparse.Namespace) -> int:
     if args.workload == "bulk" and not getattr(args, "from_files", None):
         return _bulk(args, getattr(args, "plot", None))
+    args.fanin_messages = args.messages  # fanin: per producer, None: by the number of peers
     if args.messages is None:
         args.messages = {"groups": 20_000, "storm": 100_000}.get(args.workload, 200_000)
     from_files = getattr(args, "from_files", None)
@@ -195,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
         return _groups(args, plot)
     if args.workload == "storm":
         return _storm(args)
+    if args.workload == "fanin":
+        return _fanin(args, plot)
     if args.workload == "rpc" or (args.workload == "pushpull" and (
             args.loss is not None or args.delay is not None or args.rate
             or args.loss_model != "random")):
@@ -408,6 +433,56 @@ def _storm(args: argparse.Namespace) -> int:
                   f"exact={r['exact']}, +{r['rss_growth_mib']} MiB, "
                   f"reflection {r.get('reflection', 0):.3f}", file=sys.stderr)
     return 0 if result["exact"] else 1
+
+
+def _fanin(args: argparse.Namespace, plot: str | None) -> int:
+    """N producers into one collector, A3M and pyzmq, for each N given."""
+    from a3m.benchmarks import fanin
+
+    counts = _counts(args.peers)
+    if counts is None:
+        return _error(f"--peers takes counts >= 1 separated by commas, not {args.peers!r}")
+    if args.size < 8 or args.quiet_s <= 0 or args.per_process < 1 or args.sources < 1 \
+            or args.timeout <= 0:
+        return _error("need --size >= 8, --quiet-s > 0, --per-process >= 1, --sources >= 1 "
+                      "and --timeout > 0")
+    messages = getattr(args, "fanin_messages", None)
+    options: dict[str, Any] = {}
+    for item in args.node_option:
+        name, sep, value = item.partition("=")
+        try:
+            options[name.strip()] = json.loads(value)
+        except ValueError:
+            options[name.strip()] = value
+        if not sep:
+            return _error(f"--node-option takes NAME=VALUE, not {item!r}")
+    if options:
+        import os
+
+        os.environ["A3M_FANIN_NODE_OPTIONS"] = json.dumps(options)  # (the processes read it)
+    result = fanin.run_fanin(counts, messages, args.size, args.quiet_s, args.timeout,
+                             args.per_process, args.sources, args.placement,
+                             baselines=not args.no_baselines, progress=_progress)
+    text = _save(result, args, plot, fanin.plot)
+    if args.json:
+        print(text)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"a3m bench fanin ({args.size} B, placement {args.placement})")
+        cols = ("system", "peers", "link s", "quiet CPU %", "KiB/peer", "rx drops",
+                "msg/s", "sent", "lost", "dups", "exact")
+        for col in cols:
+            table.add_column(col, justify="right")
+        for r in result["runs"]:
+            table.add_row(r["system"], str(r["peers"]), str(r.get("link_s")),
+                          str(r.get("idle_cpu_pct")), str(r.get("kib_per_peer")),
+                          str(r.get("rx_drops")), str(r.get("msgs_per_s")),
+                          str(r.get("sent")), str(r.get("lost")), str(r.get("duplicates")),
+                          str(r.get("exact")) + (f" ({r['error']})" if "error" in r else ""))
+        Console(stderr=True).print(table)
+    return 0 if result["all_exact"] else 1
 
 
 def _emulated(args: argparse.Namespace, plot: str | None) -> int:

@@ -106,7 +106,7 @@ class Link:
         "ordered", "peer_tag_bytes", "my_tag_bytes", "retries", "attrs", "processed",
         "data_head", "last_active", "pinged_at", "batches", "pending", "pending_seq",
         "pending_confirm", "data_in", "confirm_q", "taken_out", "dropped_out", "takens_sent",
-        "last_taken", "ahead",
+        "last_taken", "ahead", "ready", "ka_at",
     )
 
     def __init__(self, peer: PeerId, my_inc: int, initiator: bool, capacity: int,
@@ -133,6 +133,8 @@ class Link:
         #: (BATCH, the payloads) for a BATCH starting there.
         self.reorder: dict[int, tuple[int, Any]] = {}
         self.inq: deque[bytes] = deque()
+        #: In its socket's queue of links with messages waiting (``SocketCore._ready``).
+        self.ready = False
         self.send = SendCredits(0)
         self.recv = RecvCredits(capacity, limit=capacity_max, budget=budget, rtt_of=rtt_of)
         self.ctrl_pending = 0
@@ -146,6 +148,8 @@ class Link:
         #: PING on it (keepalive: see SocketOptions.keepalive_s).
         self.last_active = 0.0
         self.pinged_at = 0.0
+        #: This link's keepalive deadline in its socket's timer heap (INF: none).
+        self.ka_at = float("inf")
         self.retries = 0
         #: The peer takes BATCH messages (it said ``batch`` in its LINK metadata).
         self.batches = False

@@ -20,7 +20,7 @@ from a3m.core.link import OK, REASONS, Link, PeerId, State
 from a3m.core.message import Metadata
 from a3m.core.node_base import NodeBase
 from a3m.core.socket_links import LinkLifecycle
-from a3m.core.socket_state import CTRL_ALLOWANCE, Received, SocketOptions
+from a3m.core.socket_state import CTRL_ALLOWANCE, INF, Received, SocketOptions
 from a3m.errors import UsageError
 
 
@@ -79,6 +79,9 @@ class SocketCore(LinkLifecycle):
     def on_data(self, link: Link, payload: bytes) -> None:
         """A DATA message arrived in order; default: queue it for the application."""
         link.inq.append(payload)
+        if not link.ready:
+            link.ready = True
+            self._ready.append(link)
 
     def on_data_many(self, link: Link, payloads: list[bytes]) -> None:
         """Several DATA messages arrived in order (a BATCH); default: :meth:`on_data` for
@@ -86,6 +89,9 @@ class SocketCore(LinkLifecycle):
         that raises loses only its own message: the rest are still handed on."""
         if self._default_on_data:
             link.inq.extend(payloads)
+            if not link.ready:
+                link.ready = True
+                self._ready.append(link)
             return
         failed: Exception | None = None
         for payload in payloads:
@@ -181,6 +187,16 @@ class SocketCore(LinkLifecycle):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UsageError("max_cookies must be an int >= 1")
             self.jar.limit = value
+        elif name == "keepalive_s":
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise UsageError("keepalive_s must be a number >= 0")
+            setattr(self.options, name, value)
+            if value > 0:  # (a new period: every established link's deadline follows it)
+                for link in self.links.values():
+                    if link.state is State.ESTABLISHED:
+                        link.ka_at = INF
+                        self._arm_keepalive(link, max(link.last_active, link.pinged_at) + value)
+            return
         elif name == "capacity_max":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise UsageError("capacity_max must be an int >= 0")

@@ -6,6 +6,7 @@ ERRORs, and a link lost with its peer.
 from __future__ import annotations
 
 from functools import partial
+from heapq import heappop, heappush
 from random import Random
 from typing import cast
 
@@ -47,7 +48,13 @@ class LinkLifecycle(RecvPath):
         self.retry_at: dict[PeerId, float] = {}
         self._retry_count: dict[PeerId, int] = {}
         self._relink: set[PeerId] = set()  # peer-ended links to start again once closed
-        self._keepalive_at = INF  # next look for quiet links (INF: no established link)
+        #: Deadlines, one lazy heap entry each (stale ones are skipped): each established
+        #: link's keepalive (``Link.ka_at``), each relink after a refusal (``retry_at``).
+        self._ka_heap: list[tuple[float, int, Link]] = []
+        self._retry_heap: list[tuple[float, int, PeerId]] = []
+        self._timer_seq = 0
+        #: Heap entries the timers took (diagnostics: work per turn, not per link).
+        self.timer_looks = 0
 
     # ================================================================ runtime-facing API
 
@@ -153,37 +160,68 @@ class LinkLifecycle(RecvPath):
     # ================================================================ timers
 
     def next_timer(self) -> float | None:
-        t = min(self.retry_at.values()) if self.retry_at else INF
-        if self._keepalive_at < t:
-            t = self._keepalive_at
+        t = INF
+        heap = self._retry_heap
+        retry_at = self.retry_at
+        while heap:
+            rt, _, peer = heap[0]
+            if retry_at.get(peer) == rt:
+                t = rt
+                break
+            heappop(heap)  # stale: linked, cancelled or moved since
+        kh = self._ka_heap
+        while kh:
+            kt, _, link = kh[0]
+            if link.ka_at == kt:
+                if kt < t:
+                    t = kt
+                break
+            heappop(kh)
         return None if t == INF else t
 
     def handle_timer(self, now: float) -> None:
-        for peer, t in list(self.retry_at.items()):
-            if t <= now:
-                del self.retry_at[peer]
-                if not self.closed and peer not in self.links:
-                    self._start_link(peer)
-        if now >= self._keepalive_at:
+        heap = self._retry_heap
+        retry_at = self.retry_at
+        while heap and heap[0][0] <= now:
+            t, _, peer = heappop(heap)
+            self.timer_looks += 1
+            if retry_at.get(peer) != t:
+                continue
+            del retry_at[peer]
+            if not self.closed and peer not in self.links:
+                self._start_link(peer)
+        if self._ka_heap and self._ka_heap[0][0] <= now:
             self._keepalive(now)
 
+    def _arm_keepalive(self, link: Link, t: float) -> None:
+        """``link``'s keepalive deadline is ``t`` (one heap entry; an earlier one stays)."""
+        if t < link.ka_at:
+            link.ka_at = t
+            self._timer_seq += 1
+            heappush(self._ka_heap, (t, self._timer_seq, link))
+
     def _keepalive(self, now: float) -> None:
-        """PING every established link quiet for ``keepalive_s``; look again in half that."""
+        """PING each established link quiet for ``keepalive_s``: only the links whose
+        deadline came are looked at (a heap, one entry per link); a link with traffic since
+        its deadline was set is put back at its last activity plus the period, unpinged."""
         period = self.options.keepalive_s
-        self._keepalive_at = INF
-        if period <= 0:
-            return
-        established = False
-        for link in self.links.values():
-            if link.state is not State.ESTABLISHED:
+        heap = self._ka_heap
+        while heap and heap[0][0] <= now:
+            t, _, link = heappop(heap)
+            self.timer_looks += 1
+            if link.ka_at != t:
+                continue  # stale
+            link.ka_at = INF
+            if period <= 0 or link.state is not State.ESTABLISHED \
+                    or self.links.get(link.peer) is not link:
                 continue
-            established = True
-            if now - link.last_active >= period and now - link.pinged_at >= period:
+            due = max(link.last_active, link.pinged_at) + period
+            if now >= due:
                 link.pinged_at = now
                 self._emit(link.peer, Message(m.PING, self.tag, link.peer[1], link.my_inc,
                                               link.peer_inc))
-        if established:
-            self._keepalive_at = now + period / 2
+                due = now + period
+            self._arm_keepalive(link, due)
 
     # ================================================================ handshake
 
@@ -199,6 +237,11 @@ class LinkLifecycle(RecvPath):
                     partial(self.node.rtt, peer[0]))
         link.peer_tag_bytes = m.encoded_tag(peer[1])
         self.links[peer] = link
+        by_node = self._by_node.get(peer[0])
+        if by_node is None:
+            self._by_node[peer[0]] = {peer}
+        else:
+            by_node.add(peer)
         self._ring = None
         return link
 
@@ -306,8 +349,8 @@ class LinkLifecycle(RecvPath):
     def _establish(self, link: Link) -> None:
         link.advance(Ev.ESTABLISH)
         link.last_active = self.node.now
-        if self._keepalive_at == INF and self.options.keepalive_s > 0:
-            self._keepalive_at = self.node.now + self.options.keepalive_s / 2
+        if self.options.keepalive_s > 0:
+            self._arm_keepalive(link, self.node.now + self.options.keepalive_s)
         meta = link.peer_meta or {}
         credits = meta.get("credits", 0)
         link.send.edge = credits if isinstance(credits, int) else 0
@@ -331,7 +374,9 @@ class LinkLifecycle(RecvPath):
         self._retry_count[peer] = n + 1
         delay = min(self.options.retry_base_s * (2 ** n), self.options.retry_max_s)
         delay *= 0.5 + self.rng.random()  # randomised so two sockets do not retry in step
-        self.retry_at[peer] = self.node.now + delay
+        t = self.retry_at[peer] = self.node.now + delay
+        self._timer_seq += 1
+        heappush(self._retry_heap, (t, self._timer_seq, peer))
 
     # ================================================================ ending
 
@@ -399,7 +444,8 @@ class LinkLifecycle(RecvPath):
 
     def peer_lost(self, node_id: str) -> None:
         """The node ``node_id`` stopped answering: every link to it ends now."""
-        for link in [lk for lk in self.links.values() if lk.peer[0] == node_id]:
+        peers = self._by_node.get(node_id)
+        for link in [self.links[p] for p in peers] if peers else []:
             self.on_link_lost(link, unknown_outcome=False)
             self._lose(link)
         if self.jar.out:
@@ -427,6 +473,11 @@ class LinkLifecycle(RecvPath):
     def _forget(self, link: Link, graceful: bool = False) -> None:
         if self.links.get(link.peer) is link:
             del self.links[link.peer]
+            by_node = self._by_node.get(link.peer[0])
+            if by_node is not None:
+                by_node.discard(link.peer)
+                if not by_node:
+                    del self._by_node[link.peer[0]]
             self._ring = None
         if not graceful:  # DATA not handed on yet stays here: the link cannot carry it
             never_left = (list(range(link.pending_seq, link.pending_seq + len(link.pending)))

@@ -29,7 +29,6 @@ class RecvPath(SendPath):
     def __init__(self, node: NodeBase, tag: str, rng: Random | None = None) -> None:
         super().__init__(node, tag, rng)
         self.orphans: deque[Received] = deque()  # delivered on links that have since closed
-        self._rr_recv = 0  # the default choose_recv's round robin
 
     def on_sequenced_fast(self, node_id: str, src_tag: str, mtype: int, src_inc: int,
                           dst_inc: int, seq: int, payload: bytes) -> bool:
@@ -213,28 +212,35 @@ class RecvPath(SendPath):
 
     @property
     def readable(self) -> bool:
-        return self.receives and (bool(self.orphans) or any(lk.inq for lk in self.links.values()))
+        if not self.receives:
+            return False
+        if self.orphans:
+            return True
+        ready = self._ready
+        while ready:
+            if ready[0].inq:
+                return True
+            ready.popleft().ready = False  # emptied since (the link ended)
+        return False
 
     def next_from_links(self) -> tuple[Link, bytes] | None:
         """Take the next queued DATA payload, fair round robin over links, and return its
-        credit (:meth:`delivered_from`): the building block of :meth:`choose_recv`."""
-        ring = self._ring if self._ring is not None else self.link_ring()
-        n = len(ring)
-        if n == 1:
-            link = ring[0]
-            if not link.inq:
-                return None
-            payload = link.inq.popleft()
+        credit (:meth:`delivered_from`): the building block of :meth:`choose_recv`. Only
+        links with messages waiting are looked at (``_ready``), however many are idle."""
+        ready = self._ready
+        while ready:
+            link = ready.popleft()
+            q = link.inq
+            if not q:  # emptied since (the link ended)
+                link.ready = False
+                continue
+            payload = q.popleft()
+            if q:
+                ready.append(link)  # its next message after the other links' next
+            else:
+                link.ready = False
             self.delivered_from(link)
             return link, payload
-        start = self._rr_recv
-        for i in range(n):
-            link = ring[(start + i) % n]
-            if link.inq:
-                self._rr_recv = (start + i + 1) % n
-                payload = link.inq.popleft()
-                self.delivered_from(link)
-                return link, payload
         return None
 
     def take_from_links(self, max_items: int) -> list[bytes]:
@@ -248,31 +254,31 @@ class RecvPath(SendPath):
                   ) -> list[tuple[PeerId, list[bytes]]]:
         """As :meth:`take_from_links`, by link: ``(peer, payloads)`` runs. ``ahead``: only
         the first message goes to the application now (the rest is read ahead), so a
-        message sent with a cookie is taken only as that first one."""
-        ring = self._ring if self._ring is not None else self.link_ring()
-        n = len(ring)
+        message sent with a cookie is taken only as that first one. Each link with messages
+        waiting gives what it has in turn, in the order they came (``_ready``); idle links
+        cost nothing."""
+        ready = self._ready
         runs: list[tuple[PeerId, list[bytes]]] = []
         left = max_items
-        start = self._rr_recv % n if n else 0
-        for i in range(n):
-            link = ring[(start + i) % n]
+        for _ in range(len(ready)):
+            if not left:
+                break
+            link = ready.popleft()
             q = link.inq
-            if not q:
+            if not q:  # emptied since (the link ended)
+                link.ready = False
                 continue
             if len(q) <= left:
                 got = list(q)
                 q.clear()
+                link.ready = False
             else:
                 popleft = q.popleft
                 got = [popleft() for _ in range(left)]
+                ready.append(link)  # the rest after the other links' turn
             runs.append((link.peer, got))
             if ahead and link.confirm_q:
                 self._hold_ahead(link, len(got), max_items - left)
             left -= len(got)
             self.delivered_from(link, len(got))
-            if not left:
-                self._rr_recv = (start + i + 1) % n
-                return runs
-        if n:
-            self._rr_recv = (start + 1) % n
         return runs

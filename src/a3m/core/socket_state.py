@@ -12,6 +12,7 @@ the stubs at the end of :class:`SocketState` are the calls it makes into a part 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from random import Random
 from typing import Any, ClassVar
@@ -103,6 +104,11 @@ class SocketState:
         self.rng = rng or Random(0)
         self.options = SocketOptions()
         self.links: dict[PeerId, Link] = {}
+        #: The peers of ``links`` by node (a node lost ends its links without a look at all).
+        self._by_node: dict[str, set[PeerId]] = {}
+        #: Links with messages waiting in ``inq``, in the order they got them (each once:
+        #: ``Link.ready``): receives take from here, fair, without a look at idle links.
+        self._ready: deque[Link] = deque()
         self.closed = False
         self.violations = 0
         self.stats: dict[str, int] = {"sent": 0, "received": 0, "delivered": 0}

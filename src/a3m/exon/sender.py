@@ -160,7 +160,7 @@ class SenderPart(ProtocolState):
             cfg = self.config
             path = PathRecovery(cfg.rto_initial_s, cfg.ack_delay_s, self._backoff_cap,
                                 self._limit(peer))
-            if len(self._paths) >= MAX_PATHS:
+            if len(self._paths) >= MAX_PATHS + len(self._sr):  # (those with records stay)
                 for old in [p for p in self._paths if p not in self._sr][:MAX_PATHS // 4]:
                     del self._paths[old]
         else:

@@ -20,8 +20,12 @@ from a3m.exon.secure.noise import HandshakeError
 from a3m.exon.secure.session import Session
 from a3m.exon.secure.state import (
     HANDSHAKE_BURST_S,
+    MAX_PROVEN,
     MAX_SESSIONS,
     MAX_SOURCES,
+    PROVEN_RATE,
+    PROVEN_S,
+    RETRY_COST,
     SOURCE_RATE,
     Address,
 )
@@ -50,7 +54,7 @@ def source_of(addr: Address) -> Hashable:
 class ResponderPart(InitiatorPart):
     """Answers handshakes peers start, within the budgets."""
 
-    def _source_ok(self, addr: Address, now: float) -> bool:
+    def _source_ok(self, addr: Address, now: float, cost: float = 1.0) -> bool:
         """Under load, take one from the budget of the source ``addr`` counts as (False: it
         is spent; counted ``unauth_shed``). Under load: more HELLOs and INITIATEs than
         ``handshake_rate`` a second, over about a second (WireGuard limits per source only
@@ -70,15 +74,33 @@ class ResponderPart(InitiatorPart):
                     del sources[k]
                 if len(sources) >= MAX_SOURCES:
                     sources.clear()
-            sources[key] = [SOURCE_RATE - 1.0, now]
+            sources[key] = [SOURCE_RATE - cost, now]
             return True
         left = min(SOURCE_RATE, b[0] + (now - b[1]) * SOURCE_RATE)
         b[1] = now
-        if left < 1.0:
+        if left < cost:
             b[0] = left
             self.stats.unauth_shed += 1
             return False
-        b[0] = left - 1.0
+        b[0] = left - cost
+        return True
+
+    def _proven_ok(self, addr: Address, now: float) -> bool:
+        """A HELLO's RETRY token checked out: ``addr`` is proven. Take a key exchange from
+        the proven peers' budget (False: spent, ``unauth_shed``), not from its source's:
+        thousands of honest peers behind one address are held by CPU only."""
+        left = min(PROVEN_RATE * HANDSHAKE_BURST_S,
+                   self._proven_bucket + (now - self._proven_at) * PROVEN_RATE)
+        self._proven_at = now
+        if left < 1.0:
+            self._proven_bucket = left
+            self.stats.unauth_shed += 1
+            return False
+        self._proven_bucket = left - 1.0
+        proven = self._proven
+        if len(proven) >= MAX_PROVEN and addr not in proven:
+            proven.clear()
+        proven[addr] = now + PROVEN_S
         return True
 
 
@@ -91,12 +113,12 @@ class ResponderPart(InitiatorPart):
         if tlen not in (0, p.TOKEN_BYTES):
             st.malformed += 1
             return
-        if not self._source_ok(addr, now):
-            return
         busy = False
-        if not tlen:
+        if not tlen:  # (a token is checked below: a valid one skips the source's budget)
             rate = self._rate
             left = min(rate * HANDSHAKE_BURST_S, self._bucket + (now - self._bucket_at) * rate)
+            if not self._source_ok(addr, now, RETRY_COST if left < 1.0 else 1.0):
+                return
             self._bucket_at = now
             self._bucket = max(-rate, left - 1.0)
             if left < 1.0:
@@ -117,9 +139,12 @@ class ResponderPart(InitiatorPart):
         index_b = bytes(data[at + KEY_BYTES:at + KEY_BYTES + 4])
         bound = _addr_bytes(addr) + e_i + index_b
         if tlen:
-            # The address is proven (or the token forged): only the source's budget applies.
+            # The address is proven (or the token forged): an HMAC tells, then only the
+            # proven peers' budget applies (docs/exon-wire.md, "Under load").
             if not self._jar.token_ok(bytes(data[3:at]), bound, now):
                 st.token_invalid += 1
+                return
+            if not self._proven_ok(addr, now):
                 return
         elif busy:
             st.retries_sent += 1
@@ -150,7 +175,8 @@ class ResponderPart(InitiatorPart):
         if len(data) < head + KEY_BYTES + hs.COOKIE_BYTES:
             st.truncated += 1
             return
-        if not self._source_ok(addr, now):
+        until = self._proven.get(addr)
+        if (until is None or now >= until) and not self._source_ok(addr, now):
             return
         _, _, index_i = p.INITIATE_HDR.unpack_from(data)
         e_i = bytes(data[head:head + KEY_BYTES])
@@ -200,9 +226,18 @@ class ResponderPart(InitiatorPart):
 
 
     def _remember(self, e_i: bytes, s: Session, now: float) -> None:
+        """Keep the handshake made from ``e_i`` for twice a cookie's life (a repeated
+        INITIATE is answered under its session). Every entry lives as long, so they expire in
+        the order they came: the expired ones leave from the front of ``_completed_order``
+        (a handshake costs O(1), not a look at every handshake of the last four minutes)."""
         done = self._completed
-        if len(done) > 1024:
-            for k in [k for k, (t, _) in done.items() if t < now]:
+        order = self._completed_order
+        while order and order[0][0] < now:
+            t, k = order.popleft()
+            got = done.get(k)
+            if got is not None and got[0] == t:
                 del done[k]
-        done[e_i] = (now + 2 * COOKIE_LIFETIME_S, s)
+        t = now + 2 * COOKIE_LIFETIME_S
+        done[e_i] = (t, s)
+        order.append((t, e_i))
 

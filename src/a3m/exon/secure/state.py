@@ -69,6 +69,20 @@ SOURCE_RATE = 100.0
 #: The handshake and RETRY budgets hold this many seconds' worth at most (the burst): a
 #: flood's first moments cost a tenth of a second of key exchanges, not a whole second.
 HANDSHAKE_BURST_S = 0.1
+#: Under load, a HELLO answered with a RETRY takes this much of its source's budget (a key
+#: exchange or a cookie checked takes 1): a RETRY costs an HMAC and a datagram smaller than
+#: the HELLO, and ``retry_rate`` bounds them all, so a fleet behind one address (a NAT, a
+#: Kubernetes node) gets SOURCE_RATE / RETRY_COST RETRYs a second, then proves itself.
+RETRY_COST = 0.1
+#: Addresses that proved themselves (a HELLO with a valid RETRY token) stay proven this
+#: long, and at most this many are remembered (all forgotten beyond).
+PROVEN_S = COOKIE_LIFETIME_S
+MAX_PROVEN = 65536
+#: Key exchanges a second for HELLOs whose RETRY token proved their address, in all (a 0.1 s
+#: burst): no per-source budget holds them, only this bound on the CPU they may take (a
+#: responder's key exchanges cost ~0.3 ms: about half a core). A token replayed is refused
+#: nothing more than this.
+PROVEN_RATE = 2000.0
 #: Sources whose budget is tracked at once; beyond, those idle for a second (their budget
 #: full again) are forgotten, and all of them if that is not enough.
 MAX_SOURCES = 4096
@@ -146,6 +160,12 @@ class SecureState:
         self._retries = retry_rate * HANDSHAKE_BURST_S  # RETRYs a second, in all
         self._retries_at = -INF
         self._sources: dict[Hashable, list[float]] = {}  # source -> [budget left, when]
+        # Key exchanges for HELLOs whose RETRY token proved their address: no per-source
+        # budget, only this one (PROVEN_RATE); such an address's INITIATE skips its source's
+        # budget too (``_proven``: address -> until).
+        self._proven_bucket = PROVEN_RATE * HANDSHAKE_BURST_S
+        self._proven_at = -INF
+        self._proven: dict[Address, float] = {}
         # HELLOs and INITIATEs, metered as the bucket above but over a second's burst: in
         # debt, the node is under load and the per-source budgets apply.
         self._load = handshake_rate
@@ -160,6 +180,7 @@ class SecureState:
         self._pending: dict[str, Initiation] = {}
         self._pending_by_index: dict[int, Initiation] = {}
         self._completed: dict[bytes, tuple[float, Session]] = {}
+        self._completed_order: deque[tuple[float, bytes]] = deque()
         self._control: list[tuple[bytes, Address]] = []
         self._timers: list[tuple[float, int, Session | Initiation]] = []
         self._seq = 0
