@@ -186,6 +186,19 @@ def _save(result: dict[str, Any], args: argparse.Namespace, plot: str | None,
     return json.dumps(result, indent=indent)
 
 
+
+def _plot_refused(plot: str) -> int | None:
+    """An error exit if ``plot`` cannot be written or drawn (checked before the measurement,
+    not after it), else None."""
+    from a3m.benchmarks.plot import PlotError, check_output, require_matplotlib
+
+    try:
+        check_output(plot)
+        require_matplotlib()
+    except PlotError as exc:
+        return _error(str(exc))
+    return None
+
 def run(args: argparse.Namespace) -> int:
     if args.workload == "bulk" and not getattr(args, "from_files", None):
         return _bulk(args, getattr(args, "plot", None))
@@ -201,14 +214,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workload is None:
         return _error("give a WORKLOAD (" + ", ".join(BENCH_WORKLOADS) + "), or "
                       "--plot FILE.png --from RESULT.json ... to chart saved results")
-    if plot:
-        from a3m.benchmarks.plot import PlotError, check_output, require_matplotlib
-
-        try:  # before the measurement, not after it
-            check_output(plot)
-            require_matplotlib()
-        except PlotError as exc:
-            return _error(str(exc))
+    if plot and (refused := _plot_refused(plot)) is not None:
+        return refused
 
     if getattr(args, "asyncio", False):
         return _asyncio(args, plot)
@@ -259,14 +266,8 @@ def _bulk(args: argparse.Namespace, plot: str | None) -> int:
     sizes = bulk.SIZES if args.size is None else (args.size,)
     if min(sizes) < 8 or not 576 <= args.mtu <= 65535:
         return _error("need --size >= 8 and --mtu within 576..65535")
-    if plot:
-        from a3m.benchmarks.plot import PlotError, check_output, require_matplotlib
-
-        try:  # before the measurement, not after it
-            check_output(plot)
-            require_matplotlib()
-        except PlotError as exc:
-            return _error(str(exc))
+    if plot and (refused := _plot_refused(plot)) is not None:
+        return refused
     messages = args.messages  # None: each size's own default
     if messages is not None and messages < 2:
         return _error("need --messages >= 2")
