@@ -17,7 +17,7 @@ from a3m.benchmarks import fanin
 def test_a_few_hundred_producers_deliver_exactly_once() -> None:
     r = fanin.run_once("a3m", 240, 5, quiet_s=0.5, timeout=90, per_process=120)
     assert "error" not in r, r.get("error")
-    assert r["linked"] == 240 and r["link_timed_out"] is False and r["link_s"] > 0
+    assert r["linked"] == 240 and r["link_timed_out"] is False and r["link_s"] is not None
     assert r["sent"] == 240 * 5 and r["unsent"] == 0
     assert r["received"] == r["sent"] and r["lost"] == 0
     assert r["duplicates"] == 0 and r["phantoms"] == 0 and r["exact"] is True

@@ -369,6 +369,8 @@ def plot(result: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from a3m.benchmarks.plot import finish
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for system in result["systems"]:
         mine = sorted((r for r in result["results"]
@@ -380,11 +382,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     for ax, ylabel in zip(axes, ("MB/s", "messages/s"), strict=True):
         ax.set(xscale="log", yscale="log", xlabel="message bytes", ylabel=ylabel,
                title=f"PUSH -> PULL over a veth pair, MTU {result['mtu']}")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish(fig, axes, path)
 
 
 if __name__ == "__main__":

@@ -527,6 +527,8 @@ def plot(result: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from a3m.benchmarks.plot import finish
+
     rows = result["results"]
     rpc = result["workload"] == "rpc"
     several = len(result.get("models", ())) > 1
@@ -553,12 +555,7 @@ def plot(result: dict[str, Any], path: str) -> None:
                    yscale="log", title=title)
     if rpc:
         axes[0][1].set(xlabel="loss %", ylabel="p99 ms", yscale="log", title="p99 latency")
-    for ax in axes[0]:
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish(fig, axes[0], path)
 
 
 if __name__ == "__main__":
