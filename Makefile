@@ -22,12 +22,20 @@ $(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES)
 demo: $(STAMP)
 	$(BIN)/a3m demo
 
+SOURCES_RUN_SKIP := \
+	--deselect tests/test_compiled.py::test_a_failed_compilation_leaves_the_pure_package \
+	--deselect tests/sim/test_sim_exon.py::test_long_run_two_nodes_both_directions \
+	--deselect tests/sim/test_sim_exon.py::test_address_changes_mid_stream \
+	--deselect tests/sim/test_sim_exon.py::test_large_fragmented_messages_under_loss
+
 test: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
-	# the Python sources of the compiled cores, through their own tests and the simulations
-	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/exon tests/core tests/patterns tests/sim tests/test_compiled.py
+	# the Python sources of the compiled cores, through their own tests and the simulations;
+	# the longest runs (the same code paths as shorter ones, at length) and the build test
+	# (it does not read A3M_PURE_PYTHON) ran above already
+	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/exon tests/core tests/patterns tests/sim tests/test_compiled.py $(SOURCES_RUN_SKIP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
