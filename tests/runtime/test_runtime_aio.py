@@ -585,3 +585,22 @@ def test_recv_now_takes_what_is_there_and_raises_closed() -> None:
         pull.close(timeout=5)
         with pytest.raises(a3m.Closed):
             pull._recv_now()
+
+
+def test_a_close_with_messages_past_the_exon_window_delivers_them_all() -> None:
+    """The asyncio node's close, as the threaded one's (test_runtime_linger.py): what waits
+    above Exon's window goes into Exon before Exon closes, and nothing is dropped."""
+    async def main() -> None:
+        async with a3m.aio.Node("adrain-rcv") as y:
+            x = a3m.aio.Node("adrain-snd", window_per_peer=16, window_global=16)
+            push, pull = await linked_pair(x, y, capacity=1000)
+            sent = [b"a-%d" % i + b"." * 200_000 for i in range(100)]
+            for m in sent:  # one by one: corked, they leave with the node's next output
+                await push.send(m, timeout=OP_S)
+            assert await x.close(timeout=120) is True
+            got = [await pull.recv(timeout=OP_S) for _ in sent]
+            assert sorted(got) == sorted(sent)
+            with pytest.raises(a3m.Timeout):
+                await pull.recv(timeout=0.3)
+
+    run(main)

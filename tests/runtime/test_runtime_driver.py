@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from a3m.exon import Delivered, Event, ExonProtocol, MemoryClockStore
+from a3m.exon import Delivered, Event, ExonConfig, ExonProtocol, MemoryClockStore
 from a3m.runtime.driver import Driver, parse_bind
 from a3m.runtime.offload import UdpOffload
 
@@ -250,3 +250,48 @@ def test_a_leader_takes_the_lock_once_per_wait(monkeypatch: pytest.MonkeyPatch) 
             server.join(5)
         assert waits >= 1
         assert 2 * n <= taken <= 2 * n + waits, (taken, waits)
+
+
+def test_close_moves_what_waits_above_the_window_into_the_protocol_first() -> None:
+    """A layer above Exon (the bridge's outbox) holds more than Exon's window takes when the
+    node closes: ``close_protocol`` moves all of it in before ``proto.close`` (which refuses
+    sends from then on), so a clean close delivers every message. Before, the close came
+    first and the waiting messages met ``Closed``, dropped with the close still clean."""
+    from collections import deque
+
+    from a3m.errors import Closed, WouldBlock
+
+    rx_events = Collector()
+    small = ExonConfig(window_per_peer=4, window_global=4)
+    tx = Driver(ExonProtocol("tx", small, rng=Random(1), clock_store=MemoryClockStore(1)),
+                "127.0.0.1:0", lambda ev, now: None)
+    rx = Driver(ExonProtocol("rx", rng=Random(2), clock_store=MemoryClockStore(1)),
+                "127.0.0.1:0", rx_events)
+    above = deque(b"m-%d" % i for i in range(200))
+    dropped = []
+
+    def pump(now: float) -> None:  # as ExonBridge.pump: the window's share, in order
+        while above:
+            try:
+                tx.proto.send("rx", above[0], now)
+            except WouldBlock:
+                return
+            except Closed:
+                dropped.extend(above)
+                above.clear()
+                return
+            above.popleft()
+
+    try:
+        tx.call(lambda: tx.proto.associate("rx", rx.address))
+        tx.call(lambda: pump(time.monotonic()))
+        assert len(above) > 150  # most of it waits above the window
+        assert tx.close_protocol(time.monotonic() + 60, pump, lambda: bool(above)) is True
+        assert not dropped
+        deadline = time.monotonic() + 30
+        while len(rx_events.got) < 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(rx_events.got) == sorted(b"m-%d" % i for i in range(200))
+    finally:
+        tx.stop()
+        rx.stop()

@@ -284,6 +284,19 @@ class LoopDriver:
         clean = True
         with self.lock:
             abandoned = stats.revocations_abandoned + stats.peers_abandoned
+        # What the layer above sent before the close goes into the protocol first: once
+        # closing, the protocol refuses sends (what is left above it then goes nowhere).
+        while pump is not None and pending is not None and self._running:
+            with self.lock:
+                pump(time.monotonic())
+                if not pending():
+                    break
+                self.wake()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            await self.changed(0.05 if left is None else min(left, 0.05))
+        with self.lock:
             proto.close(time.monotonic())
             self.wake()
         while True:

@@ -383,6 +383,8 @@ class LinkLifecycle(RecvPath):
     def _start_unlink(self, link: Link) -> None:
         link.advance(Ev.UNLINK_LOCAL)
         self.on_link_removed(link)
+        if link.pending:  # corked DATA leaves before the UNLINK that names its goal
+            self.flush_link(link)
         link.unlink_sent = True
         self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
                                       link.peer_inc, goal=link.last_seq_sent))

@@ -41,6 +41,10 @@ class ExonBridge:
         self.peers_unreachable = 0  # PeerUnreachable events handled (links ended)
         self.peers_reachable = 0
         self.peers_restarted = 0  # PeerRestarted events handled (links ended)
+        #: Messages the core produced after Exon began closing (late answers: refusals,
+        #: relinks), which go nowhere. The runtime's close moves the outbox into Exon before
+        #: it closes Exon, so no DATA sent before the close is among them.
+        self.dropped_closing = 0
 
     def on_events(self, events: deque[Event], now: float) -> None:
         """Handle ``events``, taking each one off the deque before handling it: when a handler
@@ -106,6 +110,7 @@ class ExonBridge:
             except WouldBlock:
                 break
             except Closed:  # the node is closing: late answers (refusals, relinks) go nowhere
+                self.dropped_closing += len(outbox)
                 outbox.clear()
                 break
             outbox.popleft()

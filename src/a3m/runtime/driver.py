@@ -504,6 +504,15 @@ class Driver:
         clean = True
         with self.lock:
             abandoned = stats.revocations_abandoned + stats.peers_abandoned
+            # What the layer above sent before the close goes into the protocol first: once
+            # closing, the protocol refuses sends (what is left above it then goes nowhere).
+            while pump is not None and pending is not None and self.running:
+                pump(time.monotonic())
+                left = None if deadline is None else deadline - time.monotonic()
+                if not pending() or (left is not None and left <= 0):
+                    break
+                self.wake()
+                self.wait(0.05 if left is None else min(left, 0.05))
             proto.close(time.monotonic())
             self.wake()
             while not proto.is_closed() or (pending is not None and pending()):

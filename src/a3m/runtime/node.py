@@ -168,6 +168,7 @@ class Node:
             drv = self._driver
             return {"exon": self._proto.stats.as_dict(), "malformed": self._core.malformed,
                     "not_found": self._core.not_found, "outbox": len(self._bridge.outbox),
+                    "dropped_closing": self._bridge.dropped_closing,
                     "lost_messages": self._core.lost_messages,
                     "peers_unreachable": self._bridge.peers_unreachable,
                     "peers_reachable": self._bridge.peers_reachable,
