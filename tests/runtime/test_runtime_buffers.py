@@ -292,8 +292,9 @@ def test_sends_waiting_for_exon_s_window_wait_for_an_ack_without_spinning() -> N
     bridge's outbox) and the sender's thread, blocked in ``send``, leads its driver. That
     output is not due before an ACK opens the window, so the leader waits on the socket:
     before, its cork deadline, long past, made every wait return at once, and a secure
-    1500-byte stream's sender spun ~77 000 empty turns per 1 000 x 64 KiB (issue 31).
-    Counted, not timed: a slower machine only makes fewer turns."""
+    1500-byte stream's sender spun ~77 000 empty turns per 1 000 x 64 KiB (issue 31). Its
+    waits are the window's: it polls for the ACK a while before it sleeps. Counted, not
+    timed: a slower machine only makes fewer turns."""
     with pair(capacity=64, window_per_peer=8, window_global=8) as (a, b, push, pull):
         push.send(b"warm", timeout=5)
         assert pull.recv(timeout=5) == b"warm"
@@ -314,18 +315,28 @@ def test_sends_waiting_for_exon_s_window_wait_for_an_ack_without_spinning() -> N
             assert bridge.outbox and not bridge.ready(), "Exon's window never filled"
             drv = a._driver
             turn, turns = drv._turn, [0]
+            wait_for, windows = drv._wait_for_input, []
 
             def counted(*args: Any, **kw: Any) -> None:
                 turns[0] += 1
                 turn(*args, **kw)
 
+            def waited(sock: Any, wait_s: float, window: bool = False) -> None:
+                windows.append(window)
+                wait_for(sock, wait_s, window)
+
             drv._turn = counted  # type: ignore[method-assign]
+            drv._wait_for_input = waited  # type: ignore[method-assign]
             try:
                 time.sleep(0.3)
             finally:
                 del drv._turn
+                del drv._wait_for_input
             assert sent[0] < 200 and bridge.outbox  # still waiting for the window
             assert turns[0] < 100, f"waiting for Exon's window must not spin ({turns[0]} turns)"
+            # ... and the waits are the window's: the leader polls for the ACK (up to
+            # WINDOW_POLL_S) before it sleeps, as a stream's sender gains from.
+            assert windows and all(windows), windows
         finally:
             b._driver.lock.release()
         got = recv_all(pull, 200)

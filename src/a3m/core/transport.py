@@ -103,6 +103,11 @@ class ExonBridge:
             return self.proto.can_send(outbox[0][0]) or self.proto.closing
         return self.core.has_output()
 
+    def waits(self) -> bool:
+        """Whether output waits for Exon's window (the outbox's head is refused by it)."""
+        outbox = self.outbox
+        return bool(outbox) and not (self.proto.can_send(outbox[0][0]) or self.proto.closing)
+
     def pump(self, now: float) -> None:
         """Move what the core produced into Exon, as far as its windows allow."""
         out = self.core.take_output()

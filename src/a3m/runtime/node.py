@@ -111,7 +111,8 @@ class Node:
         """The I/O under the node: one thread here; ``a3m.aio`` drives it from its loop."""
         return Driver(self._proto, bind, self._bridge.on_events, name=f"a3m-node-{self.id}",
                       upper_timer=self._upper_deadline, on_turn=self._on_turn,
-                      busy_poll_s=config.busy_poll_s, upper_output=self._upper_output)
+                      busy_poll_s=config.busy_poll_s, upper_output=self._upper_output,
+                      upper_waits=self._bridge.waits)
 
     # ------------------------------------------------------------------ API
 
