@@ -148,7 +148,7 @@ def test_f5_stale_rck_tokens_are_acked() -> None:
     b.receive_datagram(stale, "a", p.now)
     out = b.datagrams_to_send(p.now)
     acks = [f for d, _ in out for f in frames_of(d) if f[0] == wire.ACK]
-    assert acks == [(wire.ACK, old_r, ((123456, 1),))]
+    assert acks == [(wire.ACK, old_r, ((123456, 1),), None)]
     assert p.delivered("b") == [("a", b"x"), ("a", b"y")]
 
 
@@ -169,7 +169,11 @@ def test_a_token_for_a_record_above_the_clock_is_never_acked() -> None:
     assert p.delivered("b") == [("a", b"x")]
 
 
-def test_f6_karn_no_rtt_sample_from_a_retransmitted_token() -> None:
+def test_f6_karn_a_retransmitted_token_measures_only_its_named_copy() -> None:
+    """The first copy is lost; the probe's copy arrives and the ACK says a copy sent again
+    arrived (wire version 5), so the round trip is the copy's: a sample, measured from the
+    copy (here 0: the pair moves datagrams at once), never from the first copy (which would
+    give the probe timeout and more)."""
     p = Pair("a", "b")
     a = p.nodes["a"]
     a.send("b", b"warm", p.now)
@@ -189,6 +193,30 @@ def test_f6_karn_no_rtt_sample_from_a_retransmitted_token() -> None:
     p.advance(1.0)
     assert [m for _, m in p.delivered("b")] == [b"warm", b"lost once"]
     assert a.stats.retransmits == 1
+    acks = [f for src, _, d in p.wire_log if src == "b" for f in frames_of(d)
+            if f[0] == wire.ACK]
+    (first, count), = acks[-1][2]
+    assert acks[-1][3] == ((first + count - 1, 1),)  # the copy arrived on the last slot
+    assert a.path_stats("b")["srtt_s"] < srtt  # a sample of 0, from the copy
+
+
+def test_f6_karn_no_rtt_sample_from_an_ack_that_does_not_name_the_copy() -> None:
+    """An ACK that does not say how the token arrived (the receiver no longer holds the
+    record) could answer either copy: Karn's rule, no sample."""
+    p = Pair("a", "b")
+    a = p.nodes["a"]
+    a.send("b", b"warm", p.now)
+    p.transfer()
+    srtt = a.path_stats("b")["srtt_s"]
+    p.filter = lambda data, src, dst: False  # everything lost: the probe sends copies
+    a.send("b", b"lost", p.now)
+    p.advance(0.02)
+    rec = a._sr["b"]
+    (s, tok), = rec.tokens.items()
+    assert tok[4] > 1
+    ack = wire.encode_header("b", "a") + wire.encode_ack(tok[1], [(s, 1)])
+    a.receive_datagram(ack, "b", p.now + 0.01)
+    assert not rec.tokens
     assert a.path_stats("b")["srtt_s"] == srtt  # the ambiguous sample was not taken
 
 

@@ -179,6 +179,6 @@ def test_a_lingering_node_delivers_nothing_and_acks_only_its_own_records() -> No
     a.receive_datagram(hdr + wire.encode_token(10**15 + 1, a.clock + 1, b"not ours"), "b",
                        p.now)
     frames = [f for d, _ in a.datagrams_to_send(p.now) for f in frames_of(d)]
-    assert frames == [(wire.ACK, old_r, ((10**15, 1),))]
+    assert frames == [(wire.ACK, old_r, ((10**15, 1),), None)]
     assert a.record_counts() == (0, 0)
     assert not [e for e in a.drain_events() if isinstance(e, Delivered)]

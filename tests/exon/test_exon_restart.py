@@ -226,7 +226,7 @@ def test_voids_only_below_the_boot_clock_and_not_acked() -> None:
     same = hdr + wire.encode_token(5, 1000, b"x")
     b.receive_datagram(same, "a", 0.0)
     frames = [f for d, _ in b.datagrams_to_send(0.0) for f in frames_of(d)]
-    assert frames == [(wire.ACK, 1000, ((5, 1),))]  # this incarnation's: released, ACKed
+    assert frames == [(wire.ACK, 1000, ((5, 1),), None)]  # this incarnation's: released, ACKed
     assert b.drain_events() == [] and b.stats.voids_sent == 1
 
 

@@ -12,7 +12,7 @@ from a3m.exon import ExonConfig, ExonProtocol, wire
 
 # Golden vectors: these bytes are the protocol. A change here is a wire-format change.
 GOLDEN = {
-    "header alpha->beta": (wire.encode_header("alpha", "beta"), "040005616c7068610462657461"),
+    "header alpha->beta": (wire.encode_header("alpha", "beta"), "050005616c7068610462657461"),
     "REQSLOTS s=1000 n=64 l=990 copy 2": (
         wire.encode_reqslots(1000, 64, 990, 2), "0100000000000003e80000004000000000000003de02"),
     "SLOTS s=1000 r=7 n=64 ack delay 2000 us echo 2": (
@@ -28,16 +28,20 @@ GOLDEN = {
         "030100000000000003e900000000000000070003000000010000000300000009616263"),
     "ACK r=7 [1000..1002] [1005]": (
         wire.encode_ack(7, [(1000, 3), (1005, 1)]),
-        "040000000000000007000200000000000003e80000000300000000000003ed00000001"),
+        "04000000000000000007000200000000000003e80000000300000000000003ed00000001"),
+    "ACK r=7 [1000..1002] [1005], a copy sent again arrived on 1001": (
+        wire.encode_ack(7, [(1000, 3), (1005, 1)], [(1001, 1)]),
+        "040100000000000000070002000100000000000003e80000000300000000000003ed00000001"
+        "00000000000003e900000001"),
     "VOID r=7": (wire.encode_void(7), "050000000000000007"),
     "REVOKE r=7": (wire.encode_revoke(7), "060000000000000007"),
     "REVOKED r=7 held=3": (wire.encode_revoked(7, 3), "07000000000000000700000003"),
 }
 
 DATAGRAM = bytes.fromhex(
-    "040005616c7068610462657461"
+    "050005616c7068610462657461"
     "030000000000000003e8000000000000000700026869"
-    "040000000000000007000100000000000003e800000002")
+    "0401000000000000000700010000" "00000000000003e800000002")
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
@@ -49,12 +53,12 @@ def test_golden_vectors(name: str) -> None:
 def test_golden_datagram_decodes() -> None:
     src, dst, frames = wire.decode_datagram(DATAGRAM)
     assert (src, dst) == ("alpha", "beta")
-    assert frames == [(wire.TOKEN, 1000, 7, b"hi", 0, 1, 2, 0), (wire.ACK, 7, ((1000, 2),))]
+    assert frames == [(wire.TOKEN, 1000, 7, b"hi", 0, 1, 2, 0), (wire.ACK, 7, ((1000, 2),), ())]
 
 
 # The restart frames (VOID, REVOKE, REVOKED) in one datagram, `beta` -> `alpha` (also in the doc).
 RESTART_DATAGRAM = bytes.fromhex(
-    "0400046265746105616c706861"
+    "0500046265746105616c706861"
     "050000000000000007"
     "060000000000000009"
     "07000000000000000700000000")
@@ -72,7 +76,8 @@ def test_round_trip_every_frame() -> None:
         wire.encode_slots(0, 2**64 - 2, 1, 2**32 - 1, 1),
         wire.encode_token(3, 4, b"payload"),
         wire.encode_token(9, 4, b"xy", (0, 2, 4), retransmit=True),
-        wire.encode_ack(4, [(1, 1), (10, 5)]),
+        wire.encode_ack(4, [(1, 1), (10, 5)], [(11, 2)]),
+        wire.encode_ack(4, [(20, 1)]),
         wire.encode_void(2**64 - 1),
         wire.encode_revoke(0),
         wire.encode_revoked(12, 2**32 - 1),
@@ -85,7 +90,8 @@ def test_round_trip_every_frame() -> None:
         (wire.SLOTS, 0, 2**64 - 2, 1, 2**32 - 1, 1),
         (wire.TOKEN, 3, 4, b"payload", 0, 1, 7, 0),
         (wire.TOKEN, 9, 4, b"xy", 0, 2, 4, wire.FLAG_FRAGMENT | wire.FLAG_RETRANSMIT),
-        (wire.ACK, 4, ((1, 1), (10, 5))),
+        (wire.ACK, 4, ((1, 1), (10, 5)), ((11, 2),)),
+        (wire.ACK, 4, ((20, 1),), None),
         (wire.VOID, 2**64 - 1),
         (wire.REVOKE, 0),
         (wire.REVOKED, 12, 2**32 - 1),
@@ -116,13 +122,17 @@ def test_every_truncation_of_restart_frames_is_an_error(cut: int) -> None:
     (b"\x01\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 1: refused
     (b"\x02\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 2: refused
     (b"\x03\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 3: refused
-    (b"\x05\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # unknown version
-    (b"\x04\x05\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # sealed, not PLAIN
+    (b"\x04\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # version 4: refused
+    (b"\x06\x00\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # unknown version
+    (b"\x05\x05\x01a\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # sealed, not PLAIN
     (b"\x01\x00\x00\x01b" + wire.encode_slots(1, 1, 1), "malformed"),  # empty src id
     (wire.encode_header("a", "b") + b"\x09", "malformed"),  # unknown frame type
     (wire.encode_header("a", "b") + b"\x08" + bytes(12), "malformed"),  # the next type
     (wire.encode_header("a", "b"), "malformed"),  # no frame
-    (wire.encode_header("a", "b") + bytes.fromhex("0400000000000000070000"), "malformed"),
+    (wire.encode_header("a", "b") + bytes.fromhex("040000000000000000070000"), "malformed"),
+    (wire.encode_header("a", "b") + bytes.fromhex("0402000000000000000700010000000000000001"
+                                                  "00000001"), "malformed"),  # flags
+    (wire.encode_header("a", "b") + wire.encode_ack(7, [(1, 1)], [(1, 0)]), "malformed"),
     (wire.encode_header("a", "b") + wire.encode_token(1, 1, b"abc", (3, 3, 9)), "malformed"),
     (wire.encode_header("a", "b") + wire.encode_token(1, 1, b"abc", (0, 3, 2)), "malformed"),
     (wire.encode_header("a", "b") + wire.encode_reqslots(2**64 - 1, 5, 0), "malformed"),

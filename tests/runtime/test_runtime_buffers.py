@@ -284,3 +284,61 @@ def test_send_buffer_keeps_each_mark_with_its_item_through_a_partial_drain() -> 
     assert buf.offer(b"e")
     assert buf.drain(lambda items, marks: seen.append((items, marks)) or 1)
     assert seen[-1] == ([b"e"], None)  # no mark anywhere: none handed on
+
+
+def test_sends_waiting_for_exon_s_window_wait_for_an_ack_without_spinning() -> None:
+    """Exon's window (8 pieces) is smaller than the link's credits, and the receiver's ACKs
+    are held back (its node's lock is held): what the core sent waits above Exon (the
+    bridge's outbox) and the sender's thread, blocked in ``send``, leads its driver. That
+    output is not due before an ACK opens the window, so the leader waits on the socket:
+    before, its cork deadline, long past, made every wait return at once, and a secure
+    1500-byte stream's sender spun ~77 000 empty turns per 1 000 x 64 KiB (issue 31). Its
+    waits are the window's: it polls for the ACK a while before it sleeps. Counted, not
+    timed: a slower machine only makes fewer turns."""
+    with pair(capacity=64, window_per_peer=8, window_global=8) as (a, b, push, pull):
+        push.send(b"warm", timeout=5)
+        assert pull.recv(timeout=5) == b"warm"
+        payload = b"p" * 10_000  # a few to a BATCH: many Exon messages for the credits
+        sent = [0]
+        b._driver.lock.acquire()  # b reads nothing, so it acknowledges nothing
+        try:
+            def stream() -> None:
+                for _ in range(200):
+                    push.send(payload, timeout=30)
+                    sent[0] += 1
+
+            sender = in_thread(stream)
+            bridge = a._bridge
+            end = time.monotonic() + 10
+            while not (bridge.outbox and not bridge.ready()) and time.monotonic() < end:
+                time.sleep(0.01)
+            assert bridge.outbox and not bridge.ready(), "Exon's window never filled"
+            drv = a._driver
+            turn, turns = drv._turn, [0]
+            wait_for, windows = drv._wait_for_input, []
+
+            def counted(*args: Any, **kw: Any) -> None:
+                turns[0] += 1
+                turn(*args, **kw)
+
+            def waited(sock: Any, wait_s: float, window: bool = False) -> None:
+                windows.append(window)
+                wait_for(sock, wait_s, window)
+
+            drv._turn = counted  # type: ignore[method-assign]
+            drv._wait_for_input = waited  # type: ignore[method-assign]
+            try:
+                time.sleep(0.3)
+            finally:
+                del drv._turn
+                del drv._wait_for_input
+            assert sent[0] < 200 and bridge.outbox  # still waiting for the window
+            assert turns[0] < 100, f"waiting for Exon's window must not spin ({turns[0]} turns)"
+            # ... and the waits are the window's: the leader polls for the ACK (up to
+            # WINDOW_POLL_S) before it sleeps, as a stream's sender gains from.
+            assert windows and all(windows), windows
+        finally:
+            b._driver.lock.release()
+        got = recv_all(pull, 200)
+        sender.join(30)
+        assert sent[0] == 200 and got == [payload] * 200

@@ -297,13 +297,13 @@ def test_giving_up_unreachable_peers_never_duplicates_nor_loses_silently(
 
 @pytest.mark.parametrize("seed", [501, 502])
 def test_sessions_rekeyed_and_expired_mid_stream_lose_and_double_nothing(seed: int) -> None:
-    """Secure sessions replaced every 0.15 s (rekey), refused soon after, and forgotten when
+    """Secure sessions replaced every 0.1 s (rekey), refused soon after, and forgotten when
     idle, in both directions at once, under loss, duplication and reordering: datagrams sealed
     under a session the receiver already replaced or dropped are lost to Exon, which resends
     them; nothing is delivered twice or lost."""
     import dataclasses
 
-    cfg = dataclasses.replace(FAST, rekey_after_s=0.15, session_idle_s=0.5)
+    cfg = dataclasses.replace(FAST, rekey_after_s=0.1, session_idle_s=0.5)
     net = Network(seed_from_env(seed), LinkModel(loss=0.15, dup=0.1, reorder=0.3))
     cluster = ExonCluster(net, ["a", "b", "c"], cfg)
     cluster.flow("a", "b", 40_000)  # long enough for 10 handshakes mid-stream

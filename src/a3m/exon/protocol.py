@@ -226,6 +226,7 @@ class ExonProtocol(LivenessPart):
                             rr.high = s + 1
                     if flags & _FLAG_RETRANSMIT:
                         self._ack_now = True  # its first copy was taken for lost
+                        rr.copies.add(s)  # (the ACK answers a copy sent again: it says so)
                     rr.last_active = now
                     if count == 1:
                         push_event(Delivered(src, payload))
@@ -257,6 +258,8 @@ class ExonProtocol(LivenessPart):
                     # released, as a record is discarded only without live slots.
                     st.duplicates += 1
                     self._ack_now = True  # a retransmission: its ACK was lost or is late
+                    if rr is not None and rr.rck == r and flags & _FLAG_RETRANSMIT:
+                        rr.copies.add(s)  # (the ACK answers this copy: it says so)
                     if self._linger is not None:
                         st.linger_answers += 1
                 if acks is None:
@@ -274,7 +277,7 @@ class ExonProtocol(LivenessPart):
                 else:
                     lst.append(s)
             elif kind == _ACK:
-                self._on_ack(src, f[1], f[2], now)
+                self._on_ack(src, f[1], f[2], f[3], now)
             elif kind == _REQSLOTS:
                 self._on_reqslots(src, f[1], f[2], f[3], f[4], now)
                 rr = self._rr.get(src)

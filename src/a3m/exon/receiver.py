@@ -198,22 +198,73 @@ class ReceiverPart(SenderPart):
         for peer in peers:
             per_r = acks.pop(peer)
             budget = min(self._limit(peer), self._mds) - 300  # room for the header
-            max_ranges = max(1, (budget - wire.ACK_S.size) // _RANGE_SIZE)
+            max_ranges = max(1, (budget - wire.ack_size(0, 0)) // _RANGE_SIZE)
             rr = self._rr.get(peer)
             for r, slots in per_r.items():
                 if rr is not None and rr.rck == r:
                     ranges = self._reack_ranges(rr, slots)
-                elif len(slots) == 1:
+                    for chunk, marked in self._with_copies(rr, ranges, max_ranges):
+                        self._emit(peer, wire.encode_ack(r, chunk, marked))
+                    continue
+                # A record no longer held (duplicates): how its tokens arrived is not known.
+                if len(slots) == 1:
                     self._emit(peer, wire.encode_ack(r, ((slots[0], 1),)))
                     continue
-                else:
-                    ranges = wire.to_ranges(slots)
+                ranges = wire.to_ranges(slots)
                 for i in range(0, len(ranges), max_ranges):
                     self._emit(peer, wire.encode_ack(r, ranges[i:i + max_ranges]))
         if not acks:
             self._ack_due = INF
             self._ack_now = self._closing
             self._ack_dgrams = 0
+
+    @staticmethod
+    def _with_copies(rr: RecvRecord, ranges: list[tuple[int, int]], max_ranges: int
+                     ) -> list[tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
+        """The ACK frames for record ``rr``: ``(ranges, copy ranges)`` pairs, each within
+        ``max_ranges`` ranges in all. The copy ranges are the slots of the frame's ranges
+        where a copy sent again arrived (``rr.copies``); docs/exon-wire.md, ACK. Then forget
+        the copies below the span ACKs repeat."""
+        copies = rr.copies
+        if not copies:
+            return [(ranges[i:i + max_ranges], []) for i in range(0, len(ranges), max_ranges)]
+        cap = max(2, max_ranges)
+        marks = sorted(copies)
+        items: list[tuple[tuple[int, int], list[tuple[int, int]]]] = []
+        i, n = 0, len(marks)
+        for f, c in ranges:
+            end = f + c
+            while i < n and marks[i] < f:
+                i += 1
+            start = f
+            inside: list[tuple[int, int]] = []
+            while i < n and marks[i] < end:
+                x = marks[i]
+                i += 1
+                if inside and inside[-1][0] + inside[-1][1] == x:
+                    inside[-1] = (inside[-1][0], inside[-1][1] + 1)
+                    continue
+                if len(inside) == cap - 1:  # a frame holds the range and cap - 1 of these
+                    items.append(((start, x - start), inside))
+                    start, inside = x, []
+                inside.append((x, 1))
+            items.append(((start, end - start), inside))
+        out: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = []
+        chunk: list[tuple[int, int]] = []
+        marked: list[tuple[int, int]] = []
+        size = 0
+        for rng, inside in items:
+            if chunk and size + 1 + len(inside) > cap:
+                out.append((chunk, marked))
+                chunk, marked, size = [], [], 0
+            chunk.append(rng)
+            marked.extend(inside)
+            size += 1 + len(inside)
+        out.append((chunk, marked))
+        floor = max(rr.high - REACK_SPAN, rr.first)
+        if marks[0] < floor:
+            rr.copies = {x for x in copies if x >= floor}
+        return out
 
     @staticmethod
     def _reack_ranges(rr: RecvRecord, slots: list[int]) -> list[tuple[int, int]]:

@@ -57,7 +57,7 @@ class SendRecord:
         "peer", "sck", "rck", "env_lo", "queue", "tokens",
         "req_out", "req_sent_at", "req_tx", "req_end", "path", "last_sent", "loss_time",
         "idle_since", "timer_at", "alive", "max_single",
-        "closed_r", "void_floor", "revoked", "heard_at", "silent",
+        "closed_r", "void_floor", "revoked", "heard_at", "silent", "first_tx",
     )
 
     def __init__(self, peer: str, start: int, path: PathRecovery, now: float) -> None:
@@ -87,6 +87,10 @@ class SendRecord:
         # queue); ``silent``: PeerUnreachable was reported for it and it was not heard since.
         self.heard_at = now
         self.silent = False
+        #: Tokens sent more than once: slot -> (sent at, transmission sequence) of the first
+        #: copy, which the ACK may name as the one that arrived, and whether the first copy
+        #: was declared lost (else a probe sent it again) (``a3m.exon.sender``).
+        self.first_tx: dict[int, tuple[float, int, bool]] = {}
 
     @property
     def pending(self) -> int:
@@ -122,7 +126,7 @@ class RecvRecord:
     __slots__ = (
         "peer", "rck", "sck", "low", "dead", "reasm", "last_active", "probe_iv",
         "deferred", "timer_at", "alive", "revoking", "revoke_due", "first",
-        "high",
+        "high", "copies",
     )
 
     def __init__(self, peer: str, rck: int, start: int, now: float, probe_iv: float) -> None:
@@ -142,6 +146,9 @@ class RecvRecord:
         #: The first slot of this record's grants: ACKs repeat nothing below it.
         self.first = start
         self.high = start  # one past the highest slot a token arrived on
+        #: Slots where a copy sent again (flagged RETRANSMIT) arrived, for ACKs to say so
+        #: (docs/exon-wire.md, ACK); forgotten below the span ACKs repeat.
+        self.copies: set[int] = set()
 
     def is_live(self, s: int) -> bool:
         """Whether slot ``s`` is granted and not yet consumed."""

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_right
 from typing import Any
 
 from a3m.errors import Closed, MessageTooLarge, UsageError, WouldBlock
@@ -26,6 +27,12 @@ from a3m.exon.state import (
     ProtocolState,
     _copy_no,
 )
+
+
+def _within(starts: list[int], ranges: tuple[tuple[int, int], ...], s: int) -> bool:
+    """Whether slot ``s`` is in ``ranges`` (sorted, their first slots in ``starts``)."""
+    j = bisect_right(starts, s) - 1
+    return j >= 0 and s < ranges[j][0] + ranges[j][1]
 
 
 class SenderPart(ProtocolState):
@@ -317,7 +324,8 @@ class SenderPart(ProtocolState):
         rec.sck = s + n
         self._pump(rec, now)
 
-    def _on_ack(self, src: str, r: int, ranges: tuple[tuple[int, int], ...], now: float) -> None:
+    def _on_ack(self, src: str, r: int, ranges: tuple[tuple[int, int], ...],
+                copies: tuple[tuple[int, int], ...] | None, now: float) -> None:
         rec = self._sr.get(src)
         if rec is None:
             return
@@ -329,13 +337,19 @@ class SenderPart(ProtocolState):
         reordered = False
         path = rec.path
         prev_largest = path.largest_acked
-        spurious = 0
+        spurious = 0  # needless retransmissions that show reordering
+        needless = 0
+        # Which copy arrived (the receiver says so: docs/exon-wire.md, ACK). A token sent again
+        # of which only the first copy arrived credits that copy's transmission (number and
+        # time), never the later copy's: that number would make every token sent between the
+        # two look overtaken, and lost (issue 31). When the ACK does not say (a record the
+        # receiver no longer holds), or a token went three times or more, two guesses stand
+        # in: a copy acknowledged sooner than the least round trip after it left was not what
+        # arrived, and one acknowledged within half of it was needless.
+        starts = [f for f, _ in copies] if copies else None
         spurious_within = path.min_rtt / 2 if path.sampled else 0.0
-        # A copy acknowledged sooner than the path's least round trip after it left cannot be
-        # what arrived: the ACK is for an earlier copy, sent before transmissions that may
-        # still be on their way. Its transmission number would make them look overtaken
-        # (lost, and the path reordering): it does not move the largest acknowledged.
         too_soon = path.min_rtt if path.sampled else 0.0
+        first_tx = rec.first_tx
         lowest = next(iter(tokens), None)  # tokens are in slot order
         if lowest is None:
             self.stats.stale_frames += 1
@@ -361,14 +375,45 @@ class SenderPart(ProtocolState):
                     del tokens[s]
                     acked += 1
                     nbytes += len(tok[0])
-                    if tok[5] > largest and (tok[4] == 1 or now - tok[3] >= too_soon):
-                        largest = tok[5]
-                        sample_at = tok[3] if tok[4] == 1 else -1.0
-                    if tok[4] == 1:
+                    tx = tok[4]
+                    if tx == 1:
+                        if tok[5] > largest:
+                            largest = tok[5]
+                            sample_at = tok[3]
                         if tok[5] < prev_largest:
                             reordered = True  # overtaken by a later transmission
-                    elif now - tok[3] < spurious_within:
-                        spurious += 1  # acked too soon after the copy: the first one was late
+                        meta = tok[2]
+                        if meta is not None:
+                            self._receipt_progress(meta)
+                        continue
+                    orig = first_tx.pop(s, None)
+                    if copies is None:
+                        if tok[5] > largest and now - tok[3] >= too_soon:
+                            largest = tok[5]
+                            sample_at = -1.0  # which copy arrived is not known
+                        if now - tok[3] < spurious_within:
+                            spurious += 1  # acked too soon after the copy: the first was late
+                            needless += 1
+                    elif starts is None or not _within(starts, copies, s):
+                        # Only the first copy arrived: its transmission is the one acknowledged
+                        # (and measured), and each copy sent again was needless. Declared
+                        # lost, it was only late: reordering evidence (RACK's DSACK). Sent by
+                        # a probe, its ACK was late or lost: no evidence of reordering.
+                        needless += 1
+                        if orig is not None:
+                            if orig[2]:
+                                spurious += 1
+                            if orig[1] > largest:
+                                largest = orig[1]
+                                sample_at = orig[0]
+                    elif tx == 2:
+                        # The only copy sent again arrived: Karn's ambiguity is gone.
+                        if tok[5] > largest:
+                            largest = tok[5]
+                            sample_at = tok[3]
+                    elif tok[5] > largest and now - tok[3] >= too_soon:
+                        largest = tok[5]  # one of the copies sent again: which, not known
+                        sample_at = -1.0
                     meta = tok[2]
                     if meta is not None:
                         self._receipt_progress(meta)
@@ -378,13 +423,10 @@ class SenderPart(ProtocolState):
         self._pending_total -= acked
         if rec.revoked >= 0:
             self._check_revoked(rec)
-        if sample_at >= 0 and largest > prev_largest:
-            # QUIC's rule: a sample only from an ACK that moves the largest acknowledged
-            # transmission on (an ACK repeated for an older token would measure the delay of
-            # the repeat, not the path).
-            path.on_rtt_sample(now - sample_at)
         if reordered:
             path.on_reordering()
+        if needless:
+            self.stats.spurious_retransmits += needless
         if spurious:
             path.on_spurious()
         path.on_progress()
@@ -392,13 +434,16 @@ class SenderPart(ProtocolState):
         path.on_acked(nbytes, now, acked)
         if path.congestion_events != events:
             self.stats.congestion_events += path.congestion_events - events
-        if largest > path.largest_acked:
-            path.largest_acked = largest
-        if tokens and rec not in self._ack_detect:
-            self._ack_detect.append(rec)  # at the end of the datagram (_detect_acked)
+        # The largest acknowledged transmission moves, and the round trip is measured, once
+        # the whole datagram is read (_detect_acked): its ACK frames together are one ACK.
+        seen = self._ack_detect.get(rec)
+        if seen is None or largest > seen[0]:
+            self._ack_detect[rec] = (largest, sample_at)
         if rec.queue:
             self._pump(rec, now)
         elif not tokens:
+            if first_tx:
+                first_tx.clear()  # (tokens that left by VOID, REVOKE or abandon)
             rec.idle_since = now
             rec.loss_time = INF
             if self._closing:
@@ -412,9 +457,23 @@ class SenderPart(ProtocolState):
             self._events.append(Writable())
 
     def _detect_acked(self, now: float) -> None:
-        """Loss detection for the records the datagram just read acknowledged tokens of."""
+        """For each record the datagram just read acknowledged tokens of: move the largest
+        acknowledged transmission, take the round-trip sample, then detect losses. An ACK with
+        more ranges than a frame holds comes as several frames, and one ACK's tokens come in
+        up to three (by how they arrived): read frame by frame, a retransmitted token in one
+        would make the tokens the next acknowledges look lost, or a first transmission long
+        unacknowledged in one would measure its wait where a probe's copy in the next
+        answers the question."""
         recs = self._ack_detect
-        for rec in recs:
+        for rec, (largest, sample_at) in recs.items():
+            path = rec.path
+            if largest > path.largest_acked:
+                if sample_at >= 0:
+                    # QUIC's rule: a sample only from an ACK that moves the largest
+                    # acknowledged transmission on (an ACK repeated for an older token would
+                    # measure the delay of the repeat, not the path).
+                    path.on_rtt_sample(now - sample_at)
+                path.largest_acked = largest
             if rec.alive and rec.tokens:
                 self._detect_losses(rec, now)
         recs.clear()
@@ -449,7 +508,7 @@ class SenderPart(ProtocolState):
         rec.loss_time = loss_time
         if lost:
             self.stats.fast_retransmits += len(lost)
-            path.on_lost(self._resend(rec, lost, now))
+            path.on_lost(self._resend(rec, lost, now, True))
             rec.last_sent = now
             self._schedule(rec, now + path.pto)
         if loss_time < rec.timer_at:
@@ -510,7 +569,7 @@ class SenderPart(ProtocolState):
         solo: bytes | None = None
         if rec.tokens:
             slots = list(itertools.islice(rec.tokens, PROBE_TOKENS))
-            self._resend(rec, slots, now)
+            self._resend(rec, slots, now, False)
             solo = rec.tokens[slots[0]][0]  # the oldest: what the rest waits on
         if rec.req_out:
             self.stats.reqslots_retransmits += 1
@@ -525,17 +584,21 @@ class SenderPart(ProtocolState):
             self.stats.probe_copies += 1
         rec.last_sent = now
 
-    def _resend(self, rec: SendRecord, slots: list[int], now: float) -> int:
+    def _resend(self, rec: SendRecord, slots: list[int], now: float, lost: bool) -> int:
         """Send the tokens of ``slots`` again, flagged RETRANSMIT, each with the next
-        transmission number; returns their bytes."""
+        transmission number; returns their bytes. ``lost``: they were declared lost (else a
+        probe sends them)."""
         tokens = rec.tokens
         path = rec.path
         seq = path.seq
         emit = self._emit
         peer = rec.peer
         nbytes = 0
+        first_tx = rec.first_tx
         for s in slots:
-            frame, r, meta, _, tx, _ = tokens[s]
+            frame, r, meta, sent_at, tx, last_seq = tokens[s]
+            if tx == 1:
+                first_tx[s] = (sent_at, last_seq, lost)  # the ACK may say this copy arrived
             nbytes += len(frame)
             frame = _RETRANSMIT(frame)
             seq += 1

@@ -96,6 +96,7 @@ class ExonStats:
     tokens_sent: int = 0
     retransmits: int = 0
     fast_retransmits: int = 0  # of which declared lost: a later token was acknowledged
+    spurious_retransmits: int = 0  # tokens sent again whose first copy arrived (or seemed to)
     probe_timeouts: int = 0  # probe timeouts expired (each sends a probe or two)
     probe_copies: int = 0  # probes whose oldest frame went twice (the copy alone)
     congestion_events: int = 0  # window reductions (one per round at most)
@@ -203,11 +204,12 @@ class ProtocolState:
         self._src_cache: dict[bytes, str] = {}
         self._out: dict[str, list[bytes]] = {}
         self._acks: dict[str, dict[int, list[int]]] = {}
-        #: Send records acknowledged by the datagram being read: their loss detection runs
-        #: once the whole datagram is read (an ACK too long for one frame comes as several,
-        #: and a retransmitted token in the first must not make the tokens the next one
-        #: acknowledges look lost).
-        self._ack_detect: list[SendRecord] = []
+        #: Send records acknowledged by the datagram being read, with the largest
+        #: transmission it acknowledged and when that was sent (-1: no sample): the largest
+        #: moves, the RTT sample is taken and losses are detected once the whole datagram is
+        #: read (an ACK too long for one frame comes as several, and a retransmitted token in
+        #: the first must not make the tokens the next one acknowledges look lost).
+        self._ack_detect: dict[SendRecord, tuple[int, float]] = {}
         # Delayed acknowledgements: pending ACKs leave with the next frame to their peer, or at
         # _ack_due, or at once (_ack_now: a duplicate, a second datagram of tokens, closing).
         self._ack_due = INF

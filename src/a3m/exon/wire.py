@@ -20,7 +20,9 @@ from a3m.errors import ProtocolViolation
 #: number in REQSLOTS that SLOTS echoes (an RTT sample even from a retransmitted request).
 #: Version 4 (secure associations): the byte after the version is the datagram's type; an
 #: Exon datagram in clear is type PLAIN (0), and travels whole inside a secure DATA datagram.
-VERSION: Final = 4
+#: Version 5: ACK says how the tokens it acknowledges arrived (first copies, or copies sent
+#: again), so a sender no longer takes a first copy's ACK for a later copy's.
+VERSION: Final = 5
 #: The datagram type of an Exon datagram in clear (the others: ``a3m.exon.secure.packets``).
 PLAIN: Final = 0x00
 
@@ -41,6 +43,11 @@ FLAG_FRAGMENT: Final = 0x01
 FLAG_RETRANSMIT: Final = 0x02
 TOKEN_FLAGS: Final = FLAG_FRAGMENT | FLAG_RETRANSMIT
 
+#: ACK flag: the receiver says which copy of each token it acknowledges arrived: the copy
+#: ranges that follow the ranges list the slots where a copy sent again (RETRANSMIT) arrived;
+#: on every other slot acknowledged, only the first copy did. Without it: not known.
+ACK_ARRIVALS: Final = 0x01
+
 MAX_ID_BYTES: Final = 255
 U64_MAX: Final = (1 << 64) - 1
 
@@ -49,7 +56,8 @@ REQSLOTS_S: Final = struct.Struct(">BQIQB")  # type, s, n, l, copy (1..255; 0: n
 SLOTS_S: Final = struct.Struct(">BQQIIB")
 TOKEN_S: Final = struct.Struct(">BBQQH")  # type, flags, s, r, payload length
 FRAG_S: Final = struct.Struct(">III")  # fragment index, fragment count, message length
-ACK_S: Final = struct.Struct(">BQH")  # type, r, number of ranges
+ACK_S: Final = struct.Struct(">BBQH")  # type, flags, r, number of ranges
+COUNT_S: Final = struct.Struct(">H")  # (flag ACK_ARRIVALS) number of copy ranges
 RANGE_S: Final = struct.Struct(">QI")  # first slot, count
 VOID_S: Final = struct.Struct(">BQ")  # type, r
 REVOKE_S: Final = struct.Struct(">BQ")  # type, r
@@ -63,7 +71,7 @@ MAX_ACK_RANGES: Final = 0xFFFF
 #   (REQSLOTS, s, n, l, copy)
 #   (SLOTS, s, r, n, ack_delay_us, echo)
 #   (TOKEN, s, r, payload, index, count, total, flags)   # unfragmented: index 0, count 1
-#   (ACK, r, ((first, count), ...))
+#   (ACK, r, ((first, count), ...), copy ranges ((first, count), ...) or None: not known)
 #   (VOID, r)
 #   (REVOKE, r)
 #   (REVOKED, r, held)
@@ -128,10 +136,18 @@ def as_retransmission(frame: bytes) -> bytes:
     return frame[:1] + bytes((flags | FLAG_RETRANSMIT,)) + frame[2:]
 
 
-def encode_ack(r: int, ranges: Sequence[tuple[int, int]]) -> bytes:
-    """ACK: the slots in ``ranges`` (``(first, count)`` pairs) of record ``r`` are consumed."""
-    parts = [ACK_S.pack(ACK, r, len(ranges))]
+def encode_ack(r: int, ranges: Sequence[tuple[int, int]],
+               copies: Sequence[tuple[int, int]] | None = None) -> bytes:
+    """ACK: the slots in ``ranges`` (``(first, count)`` pairs) of record ``r`` are consumed.
+    ``copies`` (ranges too), when given, says which copies arrived: on those slots a copy sent
+    again (RETRANSMIT), on the other slots of ``ranges`` only the first; None: not known."""
+    if copies is None:
+        parts = [ACK_S.pack(ACK, 0, r, len(ranges))]
+    else:
+        parts = [ACK_S.pack(ACK, ACK_ARRIVALS, r, len(ranges)), COUNT_S.pack(len(copies))]
     parts.extend(RANGE_S.pack(first, count) for first, count in ranges)
+    if copies:
+        parts.extend(RANGE_S.pack(first, count) for first, count in copies)
     return b"".join(parts)
 
 
@@ -153,9 +169,11 @@ def encode_revoked(r: int, held: int) -> bytes:
     return REVOKED_S.pack(REVOKED, r, held)
 
 
-def ack_size(nranges: int) -> int:
-    """Encoded size of an ACK frame with ``nranges`` ranges."""
-    return ACK_S.size + RANGE_S.size * nranges
+def ack_size(nranges: int, ncopies: int | None = None) -> int:
+    """Encoded size of an ACK frame with ``nranges`` ranges (and ``ncopies`` copy ranges)."""
+    if ncopies is None:
+        return ACK_S.size + RANGE_S.size * nranges
+    return ACK_S.size + COUNT_S.size + RANGE_S.size * (nranges + ncopies)
 
 
 def to_ranges(slots: Iterable[int]) -> list[tuple[int, int]]:
@@ -230,10 +248,17 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
                                flags))
                 offset = end
             elif kind == ACK:
-                _, r, k = ACK_S.unpack_from(data, offset)
+                _, aflags, r, k = ACK_S.unpack_from(data, offset)
                 offset += ACK_S.size
                 if k == 0:
                     raise WireError("malformed", "ack without ranges")
+                if aflags & ~ACK_ARRIVALS:
+                    raise WireError("malformed", f"unknown ack flags {aflags:#x}")
+                c = -1
+                if aflags:
+                    (c,) = COUNT_S.unpack_from(data, offset)
+                    offset += COUNT_S.size
+                    k += c
                 if offset + k * RANGE_S.size > n:
                     raise WireError("truncated", "ack ranges cut short")
                 ranges = tuple(RANGE_S.iter_unpack(bytes(data[offset:offset + k * RANGE_S.size])))
@@ -241,7 +266,10 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
                 for first, count in ranges:
                     if count == 0 or first + count > U64_MAX:
                         raise WireError("malformed", "empty or overflowing ack range")
-                frames.append((ACK, r, ranges))
+                if c < 0:
+                    frames.append((ACK, r, ranges, None))
+                else:
+                    frames.append((ACK, r, ranges[:k - c], ranges[k - c:]))
             elif kind == REQSLOTS:
                 _, s, cnt, low, copy = REQSLOTS_S.unpack_from(data, offset)
                 offset += REQSLOTS_S.size

@@ -54,6 +54,12 @@ SOCKET_BUFFER_BYTES = 8 << 20
 PARK_S = 0.002
 #: Longest single select of the I/O thread or a leader (seconds).
 MAX_SLEEP_S = 1.0
+#: While the layer above's output waits for Exon's window (``upper_waits``), a leader polls
+#: its socket this long (at most) for the ACK that opens it, before it sleeps (only with
+#: busy polling on, ``busy_poll_s`` > 0). A stream blocked on its window waits a receiver's
+#: turn, not a request's round trip: 64 KiB messages on a 1500-byte veth went 20-30 % slower
+#: when the sender slept on it (docs/performance.md, "UDP segmentation offload").
+WINDOW_POLL_S = 0.005
 
 #: ``on_events(events, now)``: ``events`` is the driver's queue of pending events; the handler
 #: takes each one with ``events.popleft()`` before handling it, so that when it raises, the
@@ -198,9 +204,13 @@ class Driver:
                  on_turn: Callable[[float], None] | None = None,
                  busy_poll_s: float = 0.0,
                  upper_output: Callable[[], bool] | None = None,
-                 sock: socket.socket | None = None) -> None:
+                 sock: socket.socket | None = None,
+                 upper_waits: Callable[[], bool] | None = None) -> None:
         self.proto = proto
         self._upper_timer = upper_timer
+        #: The layer above's output waits for Exon's window (a leader then polls for the ACK
+        #: longer, ``WINDOW_POLL_S``).
+        self._upper_waits = upper_waits
         #: The layer above has output that ``on_turn`` hands to the protocol (when it is due
         #: is in ``upper_timer``); a leader hands it down before it goes.
         self._upper_output = upper_output
@@ -307,6 +317,7 @@ class Driver:
                     deadline = upper
             if deadline is not None and deadline - now < wait_s:
                 wait_s = max(0.0, deadline - now)
+        window = wait_s > 0 and self._upper_waits is not None and self._upper_waits()
         me = threading.get_ident()
         self._leader = me
         self._lead_seq += 1
@@ -319,7 +330,7 @@ class Driver:
             try:
                 if wait_s > 0:
                     try:
-                        self._wait_for_input(sock, wait_s)
+                        self._wait_for_input(sock, wait_s, window)
                     except (OSError, ValueError):
                         pass  # the socket was swapped by rebind or closed by stop
             finally:
@@ -353,13 +364,28 @@ class Driver:
             self.wait(step if left is None else min(left, step))
         return True
 
-    def _wait_for_input(self, sock: socket.socket, wait_s: float) -> None:
+    def _wait_for_input(self, sock: socket.socket, wait_s: float, window: bool = False
+                        ) -> None:
         """A leader's wait for the socket, the wake-up pipe or ``wait_s``: either a plain
-        ``select``, or first a brief poll of up to ``busy_poll_s`` (see :meth:`_poll`)."""
+        ``select``, or first a brief poll of up to ``busy_poll_s`` (see :meth:`_poll`); of up
+        to ``WINDOW_POLL_S`` when the layer above's output waits for Exon's ``window``."""
         rlist = [sock, self._wake_r]
         budget = self._busy_poll_s
         if not budget:
             select.select(rlist, [], [], wait_s)
+            return
+        if window:
+            # Not a request waiting for its reply (PollChoice learns those): a stream whose
+            # next ACK ends the wait. Polling keeps the sender off the sleep and wake-up it
+            # would pay per ACK; sched_yield in the poll gives the CPU to anyone who wants it.
+            # A CPU another task wants ends the poll (it would lose a slice at each yield).
+            t0 = time.perf_counter()
+            poll_s = min(WINDOW_POLL_S, wait_s)
+            if not self._poll(rlist, poll_s, t0, yielding=True):
+                left = wait_s - (time.perf_counter() - t0)
+                if left > 0:
+                    select.select(rlist, [], [], left)
+            self._poll_preempted = False
             return
         choice = self._poll_choice  # poll or not: learnt from what each way gives
         poll = choice.poll_next()
@@ -370,10 +396,12 @@ class Driver:
         choice.record(poll, time.perf_counter() - t0, self._poll_preempted)
         self._poll_preempted = False
 
-    def _poll(self, rlist: list[Any], budget: float, t0: float) -> bool:
+    def _poll(self, rlist: list[Any], budget: float, t0: float, yielding: bool = False
+              ) -> bool:
         """Poll ``rlist`` for up to ``budget`` seconds (True: input arrived). A thread that
         sleeps in ``select`` takes tens of microseconds to wake (its CPU idles); polling
-        skips that when input comes within the budget, for at most the budget in CPU."""
+        skips that when input comes within the budget, for at most the budget in CPU.
+        ``yielding``: give up (False) as soon as another task took the CPU from us."""
         end = t0 + budget
         look = self._look  # (rlist's socket and pipe, as a poll object: see _adopt)
         clock = time.perf_counter
@@ -387,6 +415,8 @@ class Driver:
             os.sched_yield()  # a peer on this CPU runs now (no cost on an otherwise idle CPU)
             if clock() - t > PREEMPTED_S:
                 self._poll_preempted = True  # another task had the CPU: see PollChoice
+                if yielding:
+                    return False
 
     def _deadline(self) -> float | None:
         deadline = self.proto.next_timer()

@@ -111,7 +111,8 @@ class Node:
         """The I/O under the node: one thread here; ``a3m.aio`` drives it from its loop."""
         return Driver(self._proto, bind, self._bridge.on_events, name=f"a3m-node-{self.id}",
                       upper_timer=self._upper_deadline, on_turn=self._on_turn,
-                      busy_poll_s=config.busy_poll_s, upper_output=self._upper_output)
+                      busy_poll_s=config.busy_poll_s, upper_output=self._upper_output,
+                      upper_waits=self._bridge.waits)
 
     # ------------------------------------------------------------------ API
 
@@ -289,10 +290,12 @@ class Node:
             self._core.node_known(str(node_id))
 
     def _upper_deadline(self) -> float | None:
-        """When the core needs a turn: its next timer, or while it holds output, the end of
-        the cork window (see :meth:`_after_send`; past: at once)."""
+        """When the core needs a turn: its next timer, or while it holds output that Exon
+        can take, the end of the cork window (see :meth:`_after_send`; past: at once).
+        Output that waits for Exon's window sets no deadline: the ACK that opens the window
+        comes through the socket, and its turn pumps."""
         t = self._core.next_timer()
-        if self._buffering or self._bridge.has_output():
+        if self._buffering or self._bridge.ready():
             due = self._cork.until
             if t is None or due < t:
                 t = due
@@ -307,7 +310,7 @@ class Node:
         return t
 
     def _upper_output(self) -> bool:
-        return bool(self._buffering or self._stalled) or self._bridge.has_output()
+        return bool(self._buffering or self._stalled) or self._bridge.ready()
 
     def _on_turn(self, now: float) -> None:
         if self._core.nodes_watched:
@@ -353,7 +356,7 @@ class Node:
             return
         if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
             sock._open_buffer(cork.due(now))
-        if self._bridge.has_output() and not self._driver.turn_under_way:
+        if self._bridge.ready() and not self._driver.turn_under_way:
             self._driver.wake_by(cork.due(now))
         self._notify()
 

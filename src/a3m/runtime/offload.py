@@ -105,9 +105,10 @@ def offload_for(sock: socket.socket) -> UdpOffload:
 
     Off by default: on a 1500-byte veth a segmented send costs the kernel 0.8-1.3 us a
     datagram against 7.7-8.5 us for ``sendto``, but the A3M stream did not get faster with
-    it (its sender's CPU went up, cause not found: docs/performance.md), and with GRO every
-    read goes through ``recvmsg`` and its ancillary data, 2-2.5x a ``recvfrom_into`` (2.3 ->
-    5.6 us) when nothing coalesces, as on loopback or in request/reply."""
+    it (the sender CPU it seemed to cost was a spin in the node, since fixed; the rate still
+    does not gain: docs/performance.md), and with GRO every read goes through ``recvmsg``
+    and its ancillary data, 2-2.5x a ``recvfrom_into`` (2.3 -> 5.6 us) when nothing
+    coalesces, as on loopback or in request/reply."""
     want = os.environ.get("A3M_UDP_OFFLOAD", "off").strip().lower()
     both = want in ("on", "1", "both", "yes", "true")
     return UdpOffload(sock, gso=both or want == "gso", gro=both or want == "gro")

@@ -21,7 +21,7 @@ from a3m.exon.secure.keys import KEY_BYTES, NodeKey
 from a3m.exon.secure.noise import TAG, HandshakeError, SymmetricState
 
 #: Bound into every handshake: the wire version and the responder's node id.
-PROLOGUE_PREFIX = b"A3M exon 4\0"
+PROLOGUE_PREFIX = b"A3M exon %d\0" % wire.VERSION
 INDEX = struct.Struct(">I")
 INCARNATION = struct.Struct(">Q")
 COOKIE_BYTES = 72
