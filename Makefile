@@ -28,14 +28,19 @@ SOURCES_RUN_SKIP := \
 	--deselect tests/sim/test_sim_exon.py::test_address_changes_mid_stream \
 	--deselect tests/sim/test_sim_exon.py::test_large_fragmented_messages_under_loss
 
+# Two workers (pytest-xdist): most tests wait on sockets, timers and other processes, not on
+# the CPU. The Spark tests share one worker (one JVM at a time), the network-namespace ones
+# another group (tests/conftest.py). PARALLEL= runs the suite in one process.
+PARALLEL ?= -n 2 --dist loadgroup
+
 test: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 	# the Python sources of the compiled cores, through their own tests and the simulations;
 	# the longest runs (the same code paths as shorter ones, at length) and the build test
 	# (it does not read A3M_PURE_PYTHON) ran above already
-	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/exon tests/core tests/patterns tests/sim tests/test_compiled.py $(SOURCES_RUN_SKIP)
+	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PARALLEL) tests/exon tests/core tests/patterns tests/sim tests/test_compiled.py $(SOURCES_RUN_SKIP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -23,6 +23,13 @@ def namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
+def veth_namespaces() -> set[str]:
+    """The namespaces a veth path makes (`a3m-veth-*`); other runs on the machine (the
+    emulator's tests, another suite) may add and remove theirs meanwhile."""
+    return {line.split()[0] for line in namespaces().splitlines()
+            if line.startswith("a3m-veth-")}
+
+
 @pytest.mark.parametrize("args, says", [
     (("--mtu", "100"), "--mtu within 576..65535"),
     (("--size", "4"), "--size >= 8"),
@@ -58,7 +65,7 @@ def test_a_short_bulk_run_over_a_1500_byte_veth_is_exact() -> None:
     """64 KiB messages across MTU 1500: each A3M message travels as ~47 fragments, each in
     its own datagram; every message arrives once (A3M secure and plain, with UDP offload
     and without, pyzmq)."""
-    before = namespaces()
+    before = veth_namespaces()
     r = a3m("bench", "bulk", "--size", "65536", "--messages", "300", "--offload", "both",
             "--json")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -85,4 +92,4 @@ def test_a_short_bulk_run_over_a_1500_byte_veth_is_exact() -> None:
     assert rows["a3m"]["sender"]["gso_sends"] == 0  # off by default
     assert "a3m/udp" in result["ratios"]["65536"]
     assert "a3m-offload/a3m" in result["ratios"]["65536"]
-    assert namespaces() == before  # what the benchmark made is gone
+    assert veth_namespaces() <= before  # what the benchmark made is gone
