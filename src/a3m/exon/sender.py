@@ -599,10 +599,14 @@ class SenderPart(ProtocolState):
             if held:
                 self._left_now(rec, now)
                 if rec.held_probes and rec.req_out:
-                    # A probe came due meanwhile: one more copy of the request goes with
-                    # what was held (two in all, as a probe sends), not one per timeout.
+                    # A probe came due meanwhile: its copies go with what was held, as a
+                    # probe sends them (the request again, and once more in a datagram of
+                    # its own), not one pair per timeout that expired.
                     self.stats.reqslots_retransmits += 1
-                    self._request_slots(rec, now)
+                    frame = self._request_slots(rec, now)
+                    if frame is not None:
+                        self._solo.append((rec.peer, frame))
+                        self.stats.probe_copies += 1
             rec.held_probes = 0
             self._schedule(rec, now + rec.path.pto)
 
