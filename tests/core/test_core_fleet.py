@@ -83,8 +83,9 @@ def test_receives_stay_fair_over_the_links_that_have_messages() -> None:
 
 def test_a_deadline_touches_only_the_links_whose_deadline_came() -> None:
     """Links came up 10 ms apart over 10 s; every 50 ms turn of the quiet links' keepalive
-    looks at the ~5 links due then, not at the 1000."""
-    p, pull, _ = fleet(stagger=0.01, keepalive_s=5.0)
+    looks at the ~5 links due then, not at the 1000 (an idle probe of 5 s here: the
+    default's 300 s would not come due within the test)."""
+    p, pull, _ = fleet(stagger=0.01, keepalive_s=5.0, idle_probe_s=5.0)
     core = p.nodes["c"]
     looks = []
     t_end = p.now + 12.0
@@ -103,7 +104,7 @@ def test_a_deadline_touches_only_the_links_whose_deadline_came() -> None:
 
 
 def test_busy_links_send_no_keepalive_and_cost_one_look_a_period() -> None:
-    p, pull, pushes = fleet(300, keepalive_s=5.0)
+    p, pull, pushes = fleet(300, keepalive_s=5.0, idle_probe_s=5.0)
     quiet = set(range(290, 300))
     before = pull.timer_looks
     for _ in range(24):  # 12 s: the busy ones send every half second
