@@ -125,3 +125,23 @@ def test_a_lost_node_ends_its_links_only() -> None:
     assert ("p5", "src") not in pull.links and len(pull.links) == 299
     p.run()
     assert pushes[6].is_linked(SINK)
+
+
+def test_quiet_links_waiting_on_nothing_cost_no_keepalive_until_their_idle_probe() -> None:
+    """The collector's 1000 quiet links, default options: nothing waits on any producer, so
+    no PING for minutes (was: one per link every keepalive_s, 5 s: 40 000 in 200 s), then
+    each link's idle probe once, spread over 225-375 s by its jitter."""
+    p, pull, _ = fleet()
+    core = p.nodes["c"]
+    start = p.now
+    seen: list[int] = []
+    while p.now < start + 400.0:
+        p.now += 2.0
+        core.handle_timer(p.now)
+        p.run()
+        seen.append(sum(1 for src, _, msg in p.log if src == "c" and msg.type == m.PING))
+    assert seen[int(220 / 2) - 1] == 0  # none in the first 220 s
+    assert seen[-1] == PEERS and pull.pings_sent == PEERS  # each link probed once by 400 s
+    firsts = [i for i, n in enumerate(seen) if n]
+    assert firsts and 2.0 * (firsts[0] + 1) >= 225.0
+    assert pull.timer_looks <= 2 * PEERS  # its deadline came once or twice: no scan
