@@ -83,8 +83,9 @@ def test_receives_stay_fair_over_the_links_that_have_messages() -> None:
 
 def test_a_deadline_touches_only_the_links_whose_deadline_came() -> None:
     """Links came up 10 ms apart over 10 s; every 50 ms turn of the quiet links' keepalive
-    looks at the ~5 links due then, not at the 1000."""
-    p, pull, _ = fleet(stagger=0.01, keepalive_s=5.0)
+    looks at the ~5 links due then, not at the 1000 (an idle probe of 5 s here: the
+    default's 300 s would not come due within the test)."""
+    p, pull, _ = fleet(stagger=0.01, keepalive_s=5.0, idle_probe_s=5.0)
     core = p.nodes["c"]
     looks = []
     t_end = p.now + 12.0
@@ -103,7 +104,7 @@ def test_a_deadline_touches_only_the_links_whose_deadline_came() -> None:
 
 
 def test_busy_links_send_no_keepalive_and_cost_one_look_a_period() -> None:
-    p, pull, pushes = fleet(300, keepalive_s=5.0)
+    p, pull, pushes = fleet(300, keepalive_s=5.0, idle_probe_s=5.0)
     quiet = set(range(290, 300))
     before = pull.timer_looks
     for _ in range(24):  # 12 s: the busy ones send every half second
@@ -124,3 +125,23 @@ def test_a_lost_node_ends_its_links_only() -> None:
     assert ("p5", "src") not in pull.links and len(pull.links) == 299
     p.run()
     assert pushes[6].is_linked(SINK)
+
+
+def test_quiet_links_waiting_on_nothing_cost_no_keepalive_until_their_idle_probe() -> None:
+    """The collector's 1000 quiet links, default options: nothing waits on any producer, so
+    no PING for minutes (was: one per link every keepalive_s, 5 s: 40 000 in 200 s), then
+    each link's idle probe once, spread over 225-375 s by its jitter."""
+    p, pull, _ = fleet()
+    core = p.nodes["c"]
+    start = p.now
+    seen: list[int] = []
+    while p.now < start + 400.0:
+        p.now += 2.0
+        core.handle_timer(p.now)
+        p.run()
+        seen.append(sum(1 for src, _, msg in p.log if src == "c" and msg.type == m.PING))
+    assert seen[int(220 / 2) - 1] == 0  # none in the first 220 s
+    assert seen[-1] == PEERS and pull.pings_sent == PEERS  # each link probed once by 400 s
+    firsts = [i for i, n in enumerate(seen) if n]
+    assert firsts and 2.0 * (firsts[0] + 1) >= 225.0
+    assert pull.timer_looks <= 2 * PEERS  # its deadline came once or twice: no scan

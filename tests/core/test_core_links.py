@@ -423,31 +423,112 @@ def restart_node(p: Pipe, node_id: str) -> None:
     p.nodes[node_id] = core
 
 
-def test_a_quiet_link_is_pinged_and_a_busy_one_is_not() -> None:
+def pings(p: Pipe, src: str) -> int:
+    return p.types(src).count("PING")
+
+
+def test_a_quiet_link_that_waits_on_its_peer_is_pinged_and_a_busy_one_is_not() -> None:
+    """The PUSH spent its credits (the PULL's application reads nothing): it waits on the
+    peer for a FLOW, so its quiet link gets a PING every keepalive_s; while messages flow
+    either way, none."""
     p = Pipe("a", "b")
-    push, pull = pushpull(p)
+    push, pull = pushpull(p, capacity=64)
     push.set_option("keepalive_s", 2.0)
     pull.set_option("keepalive_s", 0)  # only one side pings here
     push.link(B, p.now)
     p.run()
-    for _ in range(10):  # 10 s of traffic every half second: no PING
+    for _ in range(10):  # 5 s of traffic every half second: no PING
         p.advance(0.5)
         assert push.try_send(b"x")
         p.run()
         drain(pull)
-    assert p.types("a").count("PING") == 0
+    assert pings(p, "a") == 0
+    while push.try_send(b"y"):  # the credits run out: the PUSH now waits on its peer
+        pass
+    p.run()
     for _ in range(20):  # 10 s of silence: a PING about every 2 s, answered by nothing
         p.advance(0.5)
-    assert 4 <= p.types("a").count("PING") <= 6
+    assert 4 <= pings(p, "a") <= 6
     assert p.types("b").count("ERROR") == 0 and push.is_linked(B) and pull.is_linked(A)
 
 
-def test_a_restarted_peer_is_found_by_the_keepalive_and_linked_again() -> None:
-    """The PULL's node restarts (no UNLINK ever comes): the PUSH's next PING gets
-    "socket not linked", the link ends, and the PUSH links again with the new PULL."""
+def test_a_quiet_link_that_waits_on_nothing_gets_only_the_idle_probe() -> None:
+    """Passive keepalive: with nothing waiting either way, a quiet link gets no PING every
+    keepalive_s, only an idle probe after idle_probe_s x 0.75-1.25 of quiet (jittered per
+    link); a PING received counts as activity, so one side's probe spares the other's."""
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    for sock in (push, pull):
+        sock.set_option("keepalive_s", 2.0)
+        sock.set_option("idle_probe_s", 40.0)
+    push.link(B, p.now)
+    p.run()
+    assert push.try_send(b"x")
+    p.run()
+    drain(pull)  # its FLOW-free credit is back: nothing waits on either side
+    for _ in range(58):  # 29 s of quiet (< 0.75 x 40): no PING either way
+        p.advance(0.5)
+    assert pings(p, "a") == pings(p, "b") == 0
+    for _ in range(22):  # by 40 s (< 1.25 x 40 after the last activity): the idle probe
+        p.advance(0.5)
+    assert pings(p, "a") + pings(p, "b") >= 1
+    for _ in range(800):  # 400 s more: one PING per 30-50 s, from one side or the other
+        p.advance(0.5)
+    total = pings(p, "a") + pings(p, "b")
+    assert 440 / 50 - 1 <= total <= 440 / 30 + 1, total
+    assert push.is_linked(B) and pull.is_linked(A)
+
+
+def test_a_request_awaiting_its_reply_is_pinged_until_the_reply_comes() -> None:
+    p = Pipe("a", "b")
+    req = p.nodes["a"].create("REQ", "req", keepalive_s=2.0)
+    rep = p.nodes["b"].create("REP", "rep", keepalive_s=0)
+    req.link(("b", "rep"), p.now)
+    p.run()
+    assert req.try_send(b"q")
+    p.run()
+    assert rep.try_recv().payload == b"q"  # type: ignore[union-attr]
+    for _ in range(20):  # 10 s without the reply: a PING about every 2 s
+        p.advance(0.5)
+    assert 4 <= pings(p, "a") <= 6
+    assert rep.try_send(b"r")
+    p.run()
+    assert req.try_recv().payload == b"r"  # type: ignore[union-attr]
+    before = pings(p, "a")
+    for _ in range(60):  # 30 s after the reply: nothing waits, no PING (idle probe: 300 s)
+        p.advance(0.5)
+    assert pings(p, "a") == before
+
+
+def test_cookies_awaiting_their_outcome_keep_the_link_pinged() -> None:
+    p = Pipe("a", "b")
+    push, pull = pushpull(p)
+    push.set_option("keepalive_s", 2.0)
+    pull.set_option("keepalive_s", 0)
+    push.link(B, p.now)
+    p.run()
+    assert push.try_send(b"x", cookie="c")  # type: ignore[call-arg]
+    p.run()
+    for _ in range(20):  # the PULL's application has not taken it: its outcome is owed
+        p.advance(0.5)
+    assert 4 <= pings(p, "a") <= 6
+    drain(pull)  # taken: the TAKEN report settles the cookie, nothing waits any more
+    p.run()
+    assert [c.value for c in push.take_cookies(10)] == ["c"]  # type: ignore[attr-defined]
+    before = pings(p, "a")
+    for _ in range(40):
+        p.advance(0.5)
+    assert pings(p, "a") == before
+
+
+def test_a_restarted_peer_is_found_by_the_idle_probe_and_linked_again() -> None:
+    """The PULL's node restarts (no UNLINK ever comes) while nothing waits on it: the PUSH's
+    idle probe (2 s here) gets "socket not linked", the link ends, and the PUSH links again
+    with the new PULL."""
     p = Pipe("a", "b")
     push, _ = pushpull(p)
     push.set_option("keepalive_s", 2.0)
+    push.set_option("idle_probe_s", 2.0)
     push.link(B, p.now)
     p.run()
     old_inc = push.links[B].my_inc

@@ -45,6 +45,12 @@ FIGURES = (("link_s", "all linked after (s)"), ("idle_cpu_pct", "collector CPU, 
            ("kib_per_peer", "collector KiB per peer"), ("msgs_per_s", "fan-in msg/s"),
            ("rx_drops", "collector kernel drops"))
 SYSTEMS = ("a3m", "pyzmq")
+#: Exon counters reported by phase, the collector's and the producers' (summed): counts do
+#: not move with the machine's load as times do.
+COUNTERS = ("datagrams_in", "datagrams_out", "retransmits", "probe_timeouts", "probe_copies",
+            "reqslots_retransmits", "duplicates", "hello_resends", "initiate_resends",
+            "handshakes_started", "handshakes_accepted", "hellos_answered", "retries_sent",
+            "unauth_shed", "handshake_repeats", "probes_deferred")
 _ID = struct.Struct(">II")  # producer index, sequence number
 
 
@@ -54,6 +60,23 @@ def _node_options() -> dict[str, Any]:
     import json
 
     return dict(json.loads(os.environ.get("A3M_FANIN_NODE_OPTIONS", "{}")))
+
+
+def _socket_options() -> dict[str, Any]:
+    """Socket options for every A3M PUSH and PULL of the run (``--socket-option``, passed
+    down in ``A3M_FANIN_SOCKET_OPTIONS`` as JSON)."""
+    import json
+
+    return dict(json.loads(os.environ.get("A3M_FANIN_SOCKET_OPTIONS", "{}")))
+
+
+def _counts(stats: list[dict[str, Any]]) -> dict[str, int]:
+    """COUNTERS summed over the Exon stats of some nodes."""
+    return {k: sum(int(st.get(k, 0)) for st in stats) for k in COUNTERS}
+
+
+def _minus(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a[k] - b.get(k, 0) for k in a}
 
 
 def _rss() -> int:
@@ -192,8 +215,9 @@ def _sample_stacks(path: str, interval: float = 0.004) -> None:
     threading.Thread(target=sample, daemon=True).start()
 
 
-def _quiet(conn: Any, quiet_s: float, drops: Any) -> dict[str, Any]:
+def _quiet(conn: Any, quiet_s: float, drops: Any, counts: Any = None) -> dict[str, Any]:
     time.sleep(1.0)  # the last link's handshakes settle
+    before = counts() if counts is not None else None
     d0 = drops()
     c0, t0 = _cpu_s(), time.perf_counter()
     time.sleep(quiet_s)
@@ -201,7 +225,7 @@ def _quiet(conn: Any, quiet_s: float, drops: Any) -> dict[str, Any]:
     d1 = drops()
     return {"idle_cpu_pct": round(100 * (c1 - c0) / (t1 - t0), 2),
             "rx_drops_quiet": None if d0 is None or d1 is None else d1 - d0,
-            "rss": _rss()}
+            "rss": _rss(), "counts_before": before}
 
 
 def _fan_in(conn: Any, audit: _Audit, recv: Any, timeout: float) -> dict[str, Any]:
@@ -240,7 +264,7 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
     import a3m
 
     node = a3m.Node("collector", key=os.urandom(32), **_node_options())
-    pull = node.socket(a3m.PULL, "in")
+    pull = node.socket(a3m.PULL, "in", **_socket_options())
     links = pull._core.links
     rss0 = _rss()
     conn.send({"address": node.address})
@@ -257,10 +281,16 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
             linked_at = time.time() - t0
             break
         time.sleep(0.005)
+    def counts() -> dict[str, int]:
+        return _counts([node.stats["exon"]])
+
+    at_link = counts()
     conn.send({"collector_link_s": linked_at, "collector_links": len(links)})
     conn.recv()  # quiet
     _PHASE[0] = "quiet"
-    q = _quiet(conn, quiet_s, drops)
+    q = _quiet(conn, quiet_s, drops, counts)
+    before_quiet = q["counts_before"]
+    at_quiet = counts()
     conn.send({"idle_cpu_pct": q["idle_cpu_pct"], "rx_drops_quiet": q["rx_drops_quiet"],
                "kib_per_peer": round((q["rss"] - rss0) / 1024 / peers, 2),
                "links": len(links)})
@@ -282,6 +312,13 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
         "datagrams_in", "datagrams_out", "handshakes_accepted", "hellos_answered",
         "retries_sent", "unauth_shed", "cookie_invalid", "token_invalid",
         "handshake_repeats", "duplicates", "retransmits")}
+    # By phase: linking (to the collector's last link), settling (until the quiet phase's
+    # measure starts: the producers' reports and a second), quiet (the quiet_s measured),
+    # fan-in (the rest).
+    end = counts()
+    out["collector_counts"] = {"link": at_link, "settle": _minus(before_quiet, at_link),
+                               "quiet": _minus(at_quiet, before_quiet),
+                               "fan_in": _minus(end, at_quiet)}
     conn.send(out)
 
 
@@ -373,7 +410,7 @@ async def _a3m_producers(conn: Any, first: int, count: int, address: tuple[str, 
         node = a3m.aio.Node(f"p{i}", bind=(source_address(i, sources), 0),
                             key=os.urandom(32), **_node_options())
         node.associate("collector", address)
-        nodes.append((i, node, node.socket(a3m.PUSH, "out")))
+        nodes.append((i, node, node.socket(a3m.PUSH, "out", **_socket_options())))
     conn.send({"created": count})
     go = (await loop.run_in_executor(None, conn.recv))["go"]
     await asyncio.sleep(max(0.0, go - time.time()))
@@ -388,7 +425,12 @@ async def _a3m_producers(conn: Any, first: int, count: int, address: tuple[str, 
         return ok
 
     linked = await asyncio.gather(*(link(push) for _, _, push in nodes))
-    conn.send({"linked": sum(linked), "last_linked": last or None})
+
+    def counts() -> dict[str, int]:
+        return _counts([node.stats["exon"] for _, node, _ in nodes])
+
+    at_link = counts()
+    conn.send({"linked": sum(linked), "last_linked": last or None, "counts": at_link})
     await loop.run_in_executor(None, conn.recv)  # send
 
     async def send(i: int, push: Any) -> tuple[int, int]:
@@ -405,6 +447,8 @@ async def _a3m_producers(conn: Any, first: int, count: int, address: tuple[str, 
     done = await asyncio.gather(*(send(i, push) for i, _, push in nodes))
     conn.send({"sent": sum(s for s, _ in done), "unsent": sum(u for _, u in done),
                "send_s": time.perf_counter() - t0})
+    await loop.run_in_executor(None, conn.recv)  # the fan-in is over
+    conn.send({"counts": _minus(counts(), at_link)})
     await loop.run_in_executor(None, conn.recv)  # the end (the nodes go with the process)
 
 
@@ -436,6 +480,8 @@ def _zmq_producers(conn: Any, first: int, count: int, address: tuple[str, int],
             except zmq.Again:
                 unsent += 1
     conn.send({"sent": sent, "unsent": unsent, "send_s": time.perf_counter() - t0})
+    conn.recv()  # the fan-in is over
+    conn.send({})
     conn.recv()  # the end: queued messages must leave before the process does
     for s in socks:
         s.close(linger=0)
@@ -539,6 +585,14 @@ def run_once(system: str, peers: int, messages: int, size: int = 64, quiet_s: fl
                         and out["unsent"] == 0 and not out["link_timed_out"])
         if "collector_stats" in f:
             out["collector_stats"] = f["collector_stats"]
+            out["collector_counts"] = f["collector_counts"]
+        for p in prods:
+            p.put("counts")
+        after = [p.get(60, "producers' counts") for p in prods]
+        if system == "a3m":
+            out["producer_counts"] = {
+                "link": {k: sum(r["counts"][k] for r in reps) for k in COUNTERS},
+                "after_link": {k: sum(r["counts"][k] for r in after) for k in COUNTERS}}
         progress(f"fanin {system} {peers}: {out['msgs_per_s']} msg/s, quiet CPU "
                  f"{out['idle_cpu_pct']} %, {out['kib_per_peer']} KiB/peer, drops "
                  f"{out['rx_drops']}, exact={out['exact']}")
@@ -580,7 +634,8 @@ def run_fanin(peer_counts: tuple[int, ...], messages: int | None = None, size: i
                               "messages": top["messages_each"] * last,
                               "placement": placement, "sources": sources,
                               "quiet_s": quiet_s, "timeout_s": timeout,
-                              "node_options": _node_options()}
+                              "node_options": _node_options(),
+                              "socket_options": _socket_options()}
     for key in ("link_s", "idle_cpu_pct", "kib_per_peer", "rx_drops", "msgs_per_s", "sent",
                 "received", "lost", "duplicates", "phantoms", "unsent", "exact", "error"):
         if key in top:

@@ -103,6 +103,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fa.add_argument("--node-option", action="append", default=[], metavar="NAME=VALUE",
                     help="an Exon option for every A3M node of the run (e.g. "
                          "rto_initial_s=1.0); repeatable")
+    fa.add_argument("--socket-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a socket option for every A3M PUSH and PULL of the run (e.g. "
+                         "idle_probe_s=10, to measure the idle probes' cost within the "
+                         "quiet phase); repeatable")
     fa.add_argument("--timeout", type=float, default=120.0,
                     help="seconds a phase may take before it reports what it saw "
                          "(default 120)")
@@ -448,19 +452,22 @@ def _fanin(args: argparse.Namespace, plot: str | None) -> int:
         return _error("need --size >= 8, --quiet-s > 0, --per-process >= 1, --sources >= 1 "
                       "and --timeout > 0")
     messages = getattr(args, "fanin_messages", None)
-    options: dict[str, Any] = {}
-    for item in args.node_option:
-        name, sep, value = item.partition("=")
-        try:
-            options[name.strip()] = json.loads(value)
-        except ValueError:
-            options[name.strip()] = value
-        if not sep:
-            return _error(f"--node-option takes NAME=VALUE, not {item!r}")
-    if options:
-        import os
+    import os
 
-        os.environ["A3M_FANIN_NODE_OPTIONS"] = json.dumps(options)  # (the processes read it)
+    for flag, items, env in (("--node-option", args.node_option, "A3M_FANIN_NODE_OPTIONS"),
+                             ("--socket-option", args.socket_option,
+                              "A3M_FANIN_SOCKET_OPTIONS")):
+        options: dict[str, Any] = {}
+        for item in items:
+            name, sep, value = item.partition("=")
+            try:
+                options[name.strip()] = json.loads(value)
+            except ValueError:
+                options[name.strip()] = value
+            if not sep:
+                return _error(f"{flag} takes NAME=VALUE, not {item!r}")
+        if options:
+            os.environ[env] = json.dumps(options)  # (the processes read it)
     result = fanin.run_fanin(counts, messages, args.size, args.quiet_s, args.timeout,
                              args.per_process, args.sources, args.placement,
                              baselines=not args.no_baselines, progress=_progress)

@@ -185,6 +185,11 @@ class CookieJar:
     def outstanding(self, peer: PeerId, inc: int) -> bool:
         return (peer, inc) in self.out
 
+    def awaiting(self, peer: PeerId, inc: int) -> bool:
+        """Whether cookies of link ``(peer, inc)`` still wait for their outcome."""
+        entry = self.out.get((peer, inc))
+        return entry is not None and bool(entry.cookies)
+
     def take(self, max_items: int) -> list[Cookie]:
         ready = self.ready
         out: list[Cookie]

@@ -106,7 +106,7 @@ class Link:
         "ordered", "peer_tag_bytes", "my_tag_bytes", "retries", "attrs", "processed",
         "data_head", "last_active", "pinged_at", "batches", "pending", "pending_seq",
         "pending_confirm", "data_in", "confirm_q", "taken_out", "dropped_out", "takens_sent",
-        "last_taken", "ahead", "ready", "ka_at",
+        "last_taken", "ahead", "ready", "ka_at", "ka_jitter",
     )
 
     def __init__(self, peer: PeerId, my_inc: int, initiator: bool, capacity: int,
@@ -148,8 +148,11 @@ class Link:
         #: PING on it (keepalive: see SocketOptions.keepalive_s).
         self.last_active = 0.0
         self.pinged_at = 0.0
-        #: This link's keepalive deadline in its socket's timer heap (INF: none).
+        #: This link's keepalive deadline in its socket's timer heap (INF: none), and the
+        #: factor of its idle probe's period (drawn when it is established: links that came
+        #: up together do not probe together).
         self.ka_at = float("inf")
+        self.ka_jitter = 1.0
         self.retries = 0
         #: The peer takes BATCH messages (it said ``batch`` in its LINK metadata).
         self.batches = False

@@ -187,15 +187,16 @@ class SocketCore(LinkLifecycle):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UsageError("max_cookies must be an int >= 1")
             self.jar.limit = value
-        elif name == "keepalive_s":
+        elif name in ("keepalive_s", "idle_probe_s"):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise UsageError("keepalive_s must be a number >= 0")
+                raise UsageError(f"{name} must be a number >= 0")
             setattr(self.options, name, value)
-            if value > 0:  # (a new period: every established link's deadline follows it)
-                for link in self.links.values():
-                    if link.state is State.ESTABLISHED:
-                        link.ka_at = INF
-                        self._arm_keepalive(link, max(link.last_active, link.pinged_at) + value)
+            for link in self.links.values():  # (a new period: every deadline follows it)
+                if link.state is State.ESTABLISHED:
+                    link.ka_at = INF
+                    due = self._keepalive_due(link)
+                    if due < INF:
+                        self._arm_keepalive(link, due)
             return
         elif name == "capacity_max":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -55,6 +55,8 @@ class LinkLifecycle(RecvPath):
         self._timer_seq = 0
         #: Heap entries the timers took (diagnostics: work per turn, not per link).
         self.timer_looks = 0
+        #: Keepalive PINGs sent (waits and idle probes).
+        self.pings_sent = 0
 
     # ================================================================ runtime-facing API
 
@@ -200,11 +202,32 @@ class LinkLifecycle(RecvPath):
             self._timer_seq += 1
             heappush(self._ka_heap, (t, self._timer_seq, link))
 
+    def awaits_peer(self, link: Link) -> bool:
+        """Whether this side waits on the peer over ``link`` (its quiet link then gets a PING
+        every ``keepalive_s``, else only the idle probe): messages it has not handed on, its
+        credits spent (a FLOW is awaited), cookies whose outcome the peer owes. Exon watches
+        what is unacknowledged itself. Patterns add their own waits (REQ: its request's
+        reply); a wait starts with a send, which arms the keepalive."""
+        return (bool(link.pending) or link.send.edge <= link.send.sent
+                or (bool(self.jar.out) and self.jar.awaiting(link.peer, link.my_inc)))
+
+    def _keepalive_due(self, link: Link) -> float:
+        """When ``link``, quiet since its last activity or PING, gets its next PING: after
+        ``keepalive_s`` while this side waits on the peer, else after its idle probe's
+        period (INF: neither applies)."""
+        opts = self.options
+        if opts.keepalive_s <= 0:
+            return INF
+        period = (opts.keepalive_s if self.awaits_peer(link)
+                  else opts.idle_probe_s * link.ka_jitter)
+        if period <= 0:
+            return INF
+        return max(link.last_active, link.pinged_at) + period
+
     def _keepalive(self, now: float) -> None:
-        """PING each established link quiet for ``keepalive_s``: only the links whose
-        deadline came are looked at (a heap, one entry per link); a link with traffic since
-        its deadline was set is put back at its last activity plus the period, unpinged."""
-        period = self.options.keepalive_s
+        """PING each established link quiet for its period (``_keepalive_due``): only the
+        links whose deadline came are looked at (a heap, one entry per link); a link with
+        traffic since its deadline was set is put back at its new due time, unpinged."""
         heap = self._ka_heap
         while heap and heap[0][0] <= now:
             t, _, link = heappop(heap)
@@ -212,16 +235,17 @@ class LinkLifecycle(RecvPath):
             if link.ka_at != t:
                 continue  # stale
             link.ka_at = INF
-            if period <= 0 or link.state is not State.ESTABLISHED \
-                    or self.links.get(link.peer) is not link:
+            if link.state is not State.ESTABLISHED or self.links.get(link.peer) is not link:
                 continue
-            due = max(link.last_active, link.pinged_at) + period
+            due = self._keepalive_due(link)
             if now >= due:
                 link.pinged_at = now
+                self.pings_sent += 1
                 self._emit(link.peer, Message(m.PING, self.tag, link.peer[1], link.my_inc,
                                               link.peer_inc))
-                due = now + period
-            self._arm_keepalive(link, due)
+                due = self._keepalive_due(link)
+            if due < INF:
+                self._arm_keepalive(link, due)
 
     # ================================================================ handshake
 
@@ -349,8 +373,10 @@ class LinkLifecycle(RecvPath):
     def _establish(self, link: Link) -> None:
         link.advance(Ev.ESTABLISH)
         link.last_active = self.node.now
-        if self.options.keepalive_s > 0:
-            self._arm_keepalive(link, self.node.now + self.options.keepalive_s)
+        link.ka_jitter = 0.75 + 0.5 * self.rng.random()
+        due = self._keepalive_due(link)
+        if due < INF:
+            self._arm_keepalive(link, due)
         meta = link.peer_meta or {}
         credits = meta.get("credits", 0)
         link.send.edge = credits if isinstance(credits, int) else 0

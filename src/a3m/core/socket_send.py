@@ -141,7 +141,10 @@ class SendPath(CookiePart):
             self.check_size(link, payload)  # near the limit: the exact size decides
         seq = link.next_seq
         link.next_seq = seq + 1
-        link.last_active = node.now
+        now = link.last_active = node.now
+        ka = self.options.keepalive_s
+        if link.ka_at > now + ka and ka > 0:
+            self._arm_keepalive(link, now + ka)  # a send may start a wait on the peer
         if mtype == m.DATA:
             link.send.sent += 1
             self.stats["sent"] += 1
@@ -178,7 +181,10 @@ class SendPath(CookiePart):
         node = self.node
         seq = link.next_seq
         link.next_seq = seq + n
-        link.last_active = node.now
+        now = link.last_active = node.now
+        ka = self.options.keepalive_s
+        if link.ka_at > now + ka and ka > 0:
+            self._arm_keepalive(link, now + ka)  # a send may start a wait on the peer
         link.send.sent += n
         self.stats["sent"] += n
         obs = node.observer

@@ -70,11 +70,18 @@ class SocketOptions:
     retry_base_s: float = 0.05  # first retry after a non-fatal refusal (randomised, grows)
     retry_max_s: float = 5.0
     reconnect: bool = False  # link again when the peer ends a link this socket initiated
-    #: An established link quiet this long (seconds) either way gets a PING, which a peer
-    #: that lost the link (its node restarted) answers with an ERROR: the link then ends
-    #: (and is linked again, if this side initiated it). The PING also gives the transport
-    #: something to deliver, so a node that stopped answering is noticed. 0 = never.
+    #: An established link quiet this long (seconds) either way gets a PING *while this side
+    #: waits on the peer* (a request's reply, credits, cookies' outcomes: ``awaits_peer``),
+    #: which a peer that lost the link (its node restarted) answers with an ERROR: the link
+    #: then ends (and is linked again, if this side initiated it). The PING also gives the
+    #: transport something to deliver, so a node that stopped answering is noticed. A quiet
+    #: link on which nothing waits only gets the idle probe below. 0 = no PING at all.
     keepalive_s: float = 5.0
+    #: A quiet link on which nothing waits gets a PING after this long (times a jitter of
+    #: 0.75-1.25 drawn per link), so links of peers that vanished are found and reclaimed
+    #: (WireGuard's passive keepalive: a link that waits on nothing costs nothing in
+    #: between). 0 = never.
+    idle_probe_s: float = 300.0
     #: Cookies awaiting an outcome or not yet read, at most (a send with a cookie waits).
     max_cookies: int = 32768
 
@@ -215,4 +222,7 @@ class SocketState:
         raise NotImplementedError
 
     def _try_finish(self, link: Link) -> None:
+        raise NotImplementedError
+
+    def _arm_keepalive(self, link: Link, t: float) -> None:
         raise NotImplementedError

@@ -33,6 +33,12 @@ class ExonConfig:
     rto_initial_s: float = 0.2
     #: Longest probe timeout after back-off (it doubles on each consecutive expiry).
     rto_max_s: float = 2.0
+    #: Probes of first exchanges (Exon's probe timeouts toward peers with no RTT sample yet,
+    #: and the secure handshake's HELLO and INITIATE resends), a second, in all, after a
+    #: burst of a tenth of a second's worth: beyond it each waits for its slot
+    #: (``a3m.exon.pacer``). One link, or a few dozen, never waits; a node starting
+    #: thousands of first exchanges at once does not flood itself and its peers. 0: no pace.
+    first_probe_rate: float = 200.0
     #: Longest an ACK waits for a frame to the same peer to ride with (a reply, usually), so a
     #: request/reply exchange costs one datagram each way instead of two; 0 = ack at once.
     #: Duplicates, a second datagram of tokens and closing are acknowledged at once.
@@ -112,6 +118,8 @@ class ExonConfig:
                 raise UsageError(f"{name} must be positive")
         if not 0 < self.rto_initial_s <= self.rto_max_s:
             raise UsageError("need 0 < rto_initial_s <= rto_max_s")
+        if self.first_probe_rate < 0:
+            raise UsageError("first_probe_rate must be >= 0 (0: no pace)")
         if not 0 <= self.busy_poll_s <= 0.01:
             raise UsageError("busy_poll_s must be within 0 <= busy_poll_s <= 0.01")
         if not 0 <= self.cork_s <= 0.01:

@@ -55,9 +55,10 @@ class SendRecord:
 
     __slots__ = (
         "peer", "sck", "rck", "env_lo", "queue", "tokens",
-        "req_out", "req_sent_at", "req_tx", "req_end", "path", "last_sent", "loss_time",
+        "req_out", "req_sent_at", "req_tx", "req_times", "req_end", "path", "last_sent", "loss_time",
         "idle_since", "timer_at", "alive", "max_single",
-        "closed_r", "void_floor", "revoked", "heard_at", "silent", "first_tx",
+        "closed_r", "void_floor", "revoked", "heard_at", "silent", "first_tx", "held_probes",
+        "probe_slot",
     )
 
     def __init__(self, peer: str, start: int, path: PathRecovery, now: float) -> None:
@@ -70,6 +71,9 @@ class SendRecord:
         self.req_out = False
         self.req_sent_at = 0.0
         self.req_tx = 0
+        #: When each copy of the outstanding REQSLOTS left (index: copy number - 1, the first
+        #: 255): a SLOTS names the copy it answers, so any copy's answer is an RTT sample.
+        self.req_times: list[float] = []
         self.req_end = start
         #: RTT, probe timeout and congestion window of the path to the peer (outlives us).
         self.path = path
@@ -91,6 +95,11 @@ class SendRecord:
         #: copy, which the ACK may name as the one that arrived, and whether the first copy
         #: was declared lost (else a probe sent it again) (``a3m.exon.sender``).
         self.first_tx: dict[int, tuple[float, int, bool]] = {}
+        #: Probe timeouts that expired while a handshake held what we sent (nothing left).
+        self.held_probes = 0
+        #: The slot of the node's first-exchange pace this record's next probe waits for
+        #: (0: none reserved; ``a3m.exon.pacer``).
+        self.probe_slot = 0.0
 
     @property
     def pending(self) -> int:

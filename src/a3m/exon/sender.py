@@ -267,8 +267,11 @@ class SenderPart(ProtocolState):
         if not rec.req_out:
             rec.req_out = True
             rec.req_tx = 1
+            rec.req_times = [now]
         else:
             rec.req_tx += 1
+            if rec.req_tx <= 255:
+                rec.req_times.append(now)
         frame = _REQSLOTS_PACK(_REQSLOTS, rec.sck, want, rec.lowest_in_use(),
                                _copy_no(rec.req_tx))
         self._emit(rec.peer, frame)
@@ -306,8 +309,14 @@ class SenderPart(ProtocolState):
             return
         path = rec.path
         path.set_peer_ack_delay(min(ack_delay_us, 1_000_000) / 1_000_000)
-        if rec.req_out and echo and echo == _copy_no(rec.req_tx):
-            path.on_rtt_sample(now - rec.req_sent_at)  # the copy sent last was answered
+        if rec.req_out and echo:
+            # The SLOTS names the copy it answers: its round trip is a sample, whichever copy
+            # (under a receiver's queue longer than the probe timeout, every answer is to an
+            # older copy: without them the path would never be measured).
+            if echo == _copy_no(rec.req_tx):
+                path.on_rtt_sample(now - rec.req_sent_at)
+            elif echo <= len(rec.req_times):
+                path.on_rtt_sample(now - rec.req_times[echo - 1])
         rec.req_out = False
         path.on_progress()
         if rec.queue and rec.env_lo >= rec.sck:
@@ -533,8 +542,19 @@ class SenderPart(ProtocolState):
         if tokens or rec.req_out:
             due = rec.last_sent + path.pto
             if now >= due:
-                self._probe(rec, now)
-                due = now + path.pto
+                sec = self._sec
+                if sec is not None and sec.holding(rec.peer):
+                    # Nothing left: it waits for the handshake, whose own resends stand for
+                    # the probe (a copy would only join the queue and leave with the rest).
+                    # The probe timeout starts again once the session is up.
+                    rec.last_sent = now
+                    rec.held_probes += 1
+                    due = now + path.pto
+                elif path.sampled or self._paced(rec, now):
+                    self._probe(rec, now)
+                    due = now + path.pto
+                else:
+                    due = rec.probe_slot  # a first exchange's probe, waiting for its slot
             next_t = due
         else:
             next_t = INF
@@ -557,6 +577,25 @@ class SenderPart(ProtocolState):
             elif due < next_t:
                 next_t = due
         self._schedule(rec, next_t)
+
+    def _paced(self, rec: SendRecord, now: float) -> bool:
+        """Whether the probe of ``rec``, a first exchange (no RTT sample to its peer yet), may
+        go now: its reserved slot of the node's pace came, or the pace has room (else a slot
+        is reserved for it: ``rec.probe_slot``)."""
+        slot = rec.probe_slot
+        if slot:
+            if slot <= now < slot + rec.path.pto:
+                rec.probe_slot = 0.0
+                return True
+            if now < slot:
+                return False
+        t = self._pacer.slot(now)
+        if t <= now:
+            rec.probe_slot = 0.0
+            return True
+        rec.probe_slot = t
+        self.stats.probes_deferred += 1
+        return False
 
     def _probe(self, rec: SendRecord, now: float) -> None:
         """The probe timeout expired with nothing acknowledged since: send the oldest token or
@@ -608,7 +647,7 @@ class SenderPart(ProtocolState):
         self.stats.retransmits += len(slots)
         return nbytes
 
-    def _session_ready(self, peer: str, now: float) -> None:
+    def _session_ready(self, peer: str, now: float, held: bool) -> None:
         """The secure layer installed a session with ``peer``: what it held for the handshake
         leaves now. Probe timeouts that expired meanwhile sent nothing (their copies waited in
         the handshake's queue), so the back-off starts again and the probe timeout runs from
@@ -620,7 +659,29 @@ class SenderPart(ProtocolState):
         rec = self._sr.get(peer)
         if rec is not None and rec.alive and (rec.tokens or rec.req_out):
             rec.last_sent = now
+            if held:
+                self._left_now(rec, now)
+                if rec.held_probes and rec.req_out:
+                    # A probe came due meanwhile: its copies go with what was held, as a
+                    # probe sends them (the request again, and once more in a datagram of
+                    # its own), not one pair per timeout that expired.
+                    self.stats.reqslots_retransmits += 1
+                    frame = self._request_slots(rec, now)
+                    if frame is not None:
+                        self._solo.append((rec.peer, frame))
+                        self.stats.probe_copies += 1
+            rec.held_probes = 0
             self._schedule(rec, now + rec.path.pto)
+
+    def _left_now(self, rec: SendRecord, now: float) -> None:
+        """What the handshake held left now: round trips count from here (a sample from when
+        it was queued would count the handshake as path delay)."""
+        if rec.req_out:
+            rec.req_sent_at = now
+            rec.req_times = [now] * len(rec.req_times)
+        tokens = rec.tokens
+        for s, tok in tokens.items():
+            tokens[s] = (tok[0], tok[1], tok[2], now, tok[4], tok[5])
 
     def _release(self, rec: SendRecord, now: float) -> None:
         """Discard an idle send record, giving back every slot it holds or asked for."""

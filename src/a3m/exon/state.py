@@ -24,6 +24,7 @@ from a3m.exon.clock import ClockStore, MemoryClockStore, NodeClock
 from a3m.exon.config import ExonConfig
 from a3m.exon.discovery import Resolver
 from a3m.exon.events import Event
+from a3m.exon.pacer import FirstProbePacer
 from a3m.exon.records import INF, RecvRecord, SendRecord
 from a3m.exon.recovery import PathRecovery
 from a3m.exon.secure import NodeKey, SecureLayer, TrustStore
@@ -99,6 +100,7 @@ class ExonStats:
     spurious_retransmits: int = 0  # tokens sent again whose first copy arrived (or seemed to)
     probe_timeouts: int = 0  # probe timeouts expired (each sends a probe or two)
     probe_copies: int = 0  # probes whose oldest frame went twice (the copy alone)
+    probes_deferred: int = 0  # first-exchange probes and resends that waited for the pace
     congestion_events: int = 0  # window reductions (one per round at most)
     reqslots_sent: int = 0
     reqslots_retransmits: int = 0
@@ -149,6 +151,7 @@ class ExonStats:
     handshakes_completed: int = 0  # as initiator
     handshakes_accepted: int = 0  # as responder
     hellos_answered: int = 0
+    welcomes_repeated: int = 0  # HELLOs sent again, answered with their WELCOME (no key exchange)
     hello_resends: int = 0
     initiate_resends: int = 0
     retries_sent: int = 0  # HELLOs answered with an address token (busy)
@@ -248,6 +251,8 @@ class ProtocolState:
                              if cfg.peer_timeout_s else cfg.rto_max_s)
         # Loss recovery state per peer, kept beyond its send records (bounded).
         self._paths: dict[str, PathRecovery] = {}
+        #: The node-wide pace of first exchanges' probes (Exon's and the handshakes').
+        self._pacer = FirstProbePacer(cfg.first_probe_rate)
         self._ack_delay_us = int(cfg.ack_delay_s * 1_000_000)
         # Secure associations (a3m.exon.secure), unless the config opts out.
         self._sec: SecureLayer | None = None
@@ -260,7 +265,7 @@ class ProtocolState:
                 handshake_rate=cfg.handshake_rate, rekey_after_s=cfg.rekey_after_s,
                 idle_s=cfg.session_idle_s, backoff_cap_s=self._backoff_cap,
                 timeout_s=cfg.rto_initial_s, retry_rate=cfg.retry_rate,
-                on_session=self._session_ready)
+                on_session=self._session_ready, pacer=self._pacer)
 
     @property
     def secure(self) -> SecureLayer | None:
@@ -344,7 +349,7 @@ class ProtocolState:
     def _check_closed(self, now: float) -> None:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
-    def _session_ready(self, peer: str, now: float) -> None:
+    def _session_ready(self, peer: str, now: float, held: bool) -> None:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
     def _check_revoked(self, rec: SendRecord) -> None:

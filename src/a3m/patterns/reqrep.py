@@ -61,6 +61,12 @@ class Req(SocketCore):
         self._reply_link = link  # its credit returns when the application takes it
         self._outstanding = None
 
+    def awaits_peer(self, link: Link) -> bool:
+        """A request outstanding on ``link`` waits for its reply (keepalive PINGs find a REP
+        that crashed or restarted)."""
+        out = self._outstanding
+        return (out is not None and out[0] is link) or super().awaits_peer(link)
+
     def on_link_removed(self, link: Link) -> None:
         if self._outstanding is not None and self._outstanding[0] is link:
             self._outstanding = None

@@ -9,6 +9,9 @@ every event, so a seed replays exactly. Hosts are any objects with the Exon driv
 Addresses are strings (``"alpha@1"``); a host can move to a new address mid-run. The network
 model (per direction, or a default) has loss, duplication, reordering (extra random delay),
 base delay and jitter, a bounded in-flight queue, and partitions that heal at a given time.
+A host may be given a :class:`HostCpu`: then its work takes virtual time (per datagram read
+and sent), what arrives while it is busy waits in a bounded socket queue, and what finds the
+queue full is dropped, as a kernel drops what a busy process does not read in time.
 
 Replay a failing seed with the environment variable ``A3M_SIM_SEED``.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from random import Random
@@ -43,6 +47,17 @@ class LinkModel:
 
     def scaled(self, **changes: float) -> LinkModel:
         return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """What a host's work costs in virtual time: each datagram it reads ``rx_s``, each it sends
+    ``tx_s``; datagrams that arrive while it is busy wait in its socket queue, at most
+    ``queue`` of them (beyond, dropped: ``Network.rx_drops``), and its timers wait too."""
+
+    rx_s: float
+    tx_s: float = 0.0
+    queue: int = 1000
 
 
 @dataclass
@@ -106,6 +121,14 @@ class Network:
         self.in_flight = 0
         self.stats = SimStats()
         self._log = log
+        #: Hosts whose work takes time (``set_cpu``): their model, when each is busy until,
+        #: their socket queues, and what each queue dropped.
+        self.cpus: dict[str, HostCpu] = {}
+        self._busy_until: dict[str, float] = {}
+        self._rxq: dict[str, deque[tuple[Any, str, Any, bytes]]] = {}
+        self.rx_drops: dict[str, int] = {}
+        #: Datagrams each host sent (every host, counted at ``flush``).
+        self.sent_by: dict[str, int] = {}
 
     # ------------------------------------------------------------------ topology
 
@@ -144,6 +167,13 @@ class Network:
         self._by_addr[new] = name
         self.log(f"{name} moves {old} -> {new}")
         return new
+
+    def set_cpu(self, name: str, cpu: HostCpu) -> None:
+        """Make ``name``'s work take virtual time from now on (see :class:`HostCpu`)."""
+        self.cpus[name] = cpu
+        self._busy_until.setdefault(name, self.now)
+        self._rxq.setdefault(name, deque())
+        self.rx_drops.setdefault(name, 0)
 
     def set_link(self, src: str, dst: str, model: LinkModel) -> None:
         self.links[(src, dst)] = model
@@ -187,7 +217,13 @@ class Network:
         if host is None:
             return
         rng, st = self.rng, self.stats
-        for data, addr in host.datagrams_to_send(self.now):
+        out = host.datagrams_to_send(self.now)
+        if out:
+            self.sent_by[name] = self.sent_by.get(name, 0) + len(out)
+            cpu = self.cpus.get(name)
+            if cpu is not None:
+                self._busy_until[name] = max(self._busy_until[name], self.now) + cpu.tx_s * len(out)
+        for data, addr in out:
             st.sent += 1
             dst = self._by_addr.get(addr) if isinstance(addr, str) else None
             model = self.links.get((name, dst or ""), self.default)
@@ -219,6 +255,10 @@ class Network:
             name, t = ev.payload
             if self._timer_at.get(name) != t or name not in self.hosts:
                 return True
+            busy = self._busy_until.get(name, 0.0)
+            if busy > self.now:
+                self._push(busy, "timer", (name, t))  # it is working: the timer waits
+                return True
             del self._timer_at[name]
             self.stats.timers += 1
             self.hosts[name].handle_timer(self.now)
@@ -234,11 +274,43 @@ class Network:
                 self.stats.partitioned += 1
                 return True
             self.stats.delivered += 1
+            if dst in self.cpus:
+                self._queued(dst, ev.payload)
+                return True
             self.hosts[dst].receive_datagram(data, src_addr, self.now)
             self.flush(dst)
+        elif ev.kind == "serve":
+            self._serve(ev.payload)
         else:  # "call": a scheduled action
             ev.payload()
         return True
+
+    def _queued(self, name: str, dgram: tuple[Any, str, Any, bytes]) -> None:
+        """A datagram reached a host with a CPU model: into its socket queue (or dropped)."""
+        q = self._rxq[name]
+        if len(q) >= self.cpus[name].queue:
+            self.rx_drops[name] += 1
+            return
+        q.append(dgram)
+        if len(q) == 1:
+            self._push(max(self.now, self._busy_until[name]), "serve", name)
+
+    def _serve(self, name: str) -> None:
+        """The host reads the datagram at the head of its queue (its work takes rx_s)."""
+        q = self._rxq.get(name)
+        host = self.hosts.get(name)
+        if not q or host is None:
+            return
+        busy = self._busy_until[name]
+        if busy > self.now:
+            self._push(busy, "serve", name)
+            return
+        src_addr, _, _, data = q.popleft()
+        self._busy_until[name] = self.now + self.cpus[name].rx_s
+        host.receive_datagram(data, src_addr, self.now)
+        self.flush(name)
+        if q:
+            self._push(self._busy_until[name], "serve", name)
 
     def at(self, t: float, action: Callable[[], None]) -> None:
         """Run ``action`` at virtual time ``t``."""

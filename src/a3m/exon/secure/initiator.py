@@ -97,7 +97,7 @@ class InitiatorPart(PathsPart):
         for plain in init.queue:
             self._control.append((self._seal(s, p.DATA, plain, now), s.addr))
         if self._on_session is not None:
-            self._on_session(s.peer, now)
+            self._on_session(s.peer, now, bool(init.queue))
         if addr != s.addr:
             self._moved(s, addr, True, len(data), now)
 
@@ -123,6 +123,8 @@ class InitiatorPart(PathsPart):
             self._end_pending(init)
             self.stats.handshakes_abandoned += 1
             return
+        if not self._paced(init, now):
+            return  # a first exchange's resend, waiting for its slot of the node's pace
         self.stats.hello_resends += 1
         self._control.append((init.hello(), init.addr))
         self._arm(init, now + self._resend_after(init.tries))

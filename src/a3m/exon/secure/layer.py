@@ -30,9 +30,9 @@ from a3m.exon.secure.state import (
     _SEALED_UNPACK,
     _VERSION,
     CHALLENGE_TRIES,
+    FAST_TRIES,
     MAX_QUEUED,
     MAX_QUEUED_BYTES,
-    SILENCE_REHANDSHAKE_S,
     UNANSWERED_REHANDSHAKE,
     Address,
     Initiation,
@@ -130,10 +130,14 @@ class SecureLayer(ResponderPart):
             s = None
         if s is not None:
             s.unanswered += 1
-            if ((s.initiator and now >= s.rekey_at)
+            if peer not in self._pending and (
+                    (s.initiator and now >= s.rekey_at)
                     or (s.unanswered > UNANSWERED_REHANDSHAKE
-                        and now - s.last_recv > max(SILENCE_REHANDSHAKE_S, 4 * s.rtt))
-                    ) and peer not in self._pending:
+                        and now - s.last_recv > max(s.silence_s, 4 * s.rtt)
+                        and (s.confirmed or s.initiate_tries > FAST_TRIES)
+                        and self._silence(s))):
+                # (An unconfirmed session's INITIATE is being resent: its fast tries come
+                # first, as a new handshake would only add a key exchange behind them.)
                 self._initiate(peer, addr, now)
             counter = s.counter  # _seal, inlined (the hot path)
             s.counter = counter + 1
@@ -160,6 +164,13 @@ class SecureLayer(ResponderPart):
         while len(q) > MAX_QUEUED or (init.queued_bytes > MAX_QUEUED_BYTES and len(q) > 1):
             init.queued_bytes -= len(q.popleft())
             self.stats.sealed_dropped += 1
+
+    @staticmethod
+    def _silence(s: Session) -> bool:
+        """The peer went silent under ``s``: note it (a new handshake that finds the same
+        incarnation then doubles the next silence, ``_install``)."""
+        s.silenced = True
+        return True
 
     # ------------------------------------------------------------------ timers
 
@@ -193,6 +204,8 @@ class SecureLayer(ResponderPart):
                 self._drop(s)  # the responder can no longer accept it: start again
                 self.stats.handshakes_abandoned += 1
                 return
+            if not self._paced(s, now):
+                return  # waiting for its slot of the node's first-probe pace (armed there)
             s.initiate_tries += 1
             self.stats.initiate_resends += 1
             self._control.append((s.initiate, s.addr))

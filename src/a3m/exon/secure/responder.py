@@ -23,10 +23,12 @@ from a3m.exon.secure.state import (
     MAX_PROVEN,
     MAX_SESSIONS,
     MAX_SOURCES,
+    MAX_WELCOMES,
     PROVEN_RATE,
     PROVEN_S,
     RETRY_COST,
     SOURCE_RATE,
+    WELCOME_REPEAT_S,
     Address,
 )
 
@@ -144,6 +146,8 @@ class ResponderPart(InitiatorPart):
             if not self._jar.token_ok(bytes(data[3:at]), bound, now):
                 st.token_invalid += 1
                 return
+            if self._welcome_again(bound, addr, now):
+                return
             if not self._proven_ok(addr, now):
                 return
         elif busy:
@@ -154,6 +158,8 @@ class ResponderPart(InitiatorPart):
             return
         if len(self._by_index) >= MAX_SESSIONS:
             st.sessions_full += 1
+            return
+        if not tlen and self._welcome_again(bound, addr, now):
             return
         (index_i,) = hs.INDEX.unpack(index_b)
         e = NodeKey.generate(self._entropy)
@@ -166,7 +172,33 @@ class ResponderPart(InitiatorPart):
             st.handshake_failed += 1
             return
         st.hellos_answered += 1
-        self._control.append((p.WELCOME_HDR.pack(p.VERSION, p.WELCOME, index_i) + msg2, addr))
+        welcome = p.WELCOME_HDR.pack(p.VERSION, p.WELCOME, index_i) + msg2
+        self._control.append((welcome, addr))
+        self._keep_welcome(bound, welcome, now)
+
+    def _welcome_again(self, bound: bytes, addr: Address, now: float) -> bool:
+        """A HELLO answered lately (the same address, e and index): send its WELCOME again,
+        with no second key exchange (True), else False."""
+        got = self._welcomes.get(bound)
+        if got is None or got[0] < now:
+            return False
+        self.stats.welcomes_repeated += 1
+        self._control.append((got[1], addr))
+        return True
+
+    def _keep_welcome(self, bound: bytes, welcome: bytes, now: float) -> None:
+        """Remember ``welcome`` for repeats of its HELLO (WELCOME_REPEAT_S, MAX_WELCOMES at
+        most: the oldest go first; every entry lives as long, so they expire in order)."""
+        kept = self._welcomes
+        order = self._welcomes_order
+        while order and (order[0][0] < now or len(kept) >= MAX_WELCOMES):
+            t, k = order.popleft()
+            got = kept.get(k)
+            if got is not None and got[0] == t:
+                del kept[k]
+        t = now + WELCOME_REPEAT_S
+        kept[bound] = (t, welcome)
+        order.append((t, bound))
 
 
     def _on_initiate(self, data: bytes | memoryview, addr: Address, now: float) -> None:
@@ -222,7 +254,7 @@ class ResponderPart(InitiatorPart):
         # Confirm at once: the initiator resends INITIATE until something opens under it.
         self._control.append((self._seal(s, p.DATA, b"", now), addr))
         if self._on_session is not None:
-            self._on_session(peer, now)
+            self._on_session(peer, now, False)
 
 
     def _remember(self, e_i: bytes, s: Session, now: float) -> None:

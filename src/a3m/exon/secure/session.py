@@ -24,7 +24,8 @@ class Session:
                  "addr", "candidate", "budget", "challenge", "challenge_tries", "initiator",
                  "incarnation", "created", "last_recv", "last_sent", "confirmed",
                  "initiate", "initiate_tries", "rtt", "unanswered", "rekey_at", "reject_at",
-                 "timer_at", "alive", "next_send_at", "handshake_key")
+                 "timer_at", "alive", "next_send_at", "handshake_key", "paced_at",
+                 "silence_s", "silenced")
 
     def __init__(self, peer: str, local_index: int, remote_index: int,
                  keys: tuple[bytes, bytes], initiator: bool, incarnation: int, addr: Address,
@@ -60,3 +61,9 @@ class Session:
         self.next_send_at = INF  # the next INITIATE or path challenge resend
         self.alive = True
         self.handshake_key = b""  # the responder's replay key of the handshake (initiator e)
+        self.paced_at = 0.0  # the slot of the node's first-probe pace an INITIATE resend waits for
+        #: Silence (with datagrams unanswered) after which the initiator starts a new
+        #: handshake, in case the peer restarted (SILENCE_REHANDSHAKE_S, doubled after each
+        #: that found the peer only slow); ``silenced``: it did so from this session.
+        self.silence_s = 1.0
+        self.silenced = False

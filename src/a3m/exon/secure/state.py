@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from a3m.exon.events import Event, PeerRestarted
+from a3m.exon.pacer import FirstProbePacer
 from a3m.exon.recovery import UNSAMPLED_STEADY_PTOS
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
@@ -42,6 +43,9 @@ HANDSHAKE_GIVE_UP_S = COOKIE_LIFETIME_S
 #: have restarted and forgotten it (its datagrams would be refused).
 SILENCE_REHANDSHAKE_S = 1.0
 UNANSWERED_REHANDSHAKE = 4
+#: A silence that made a new handshake and found the same incarnation (the peer was slow, not
+#: restarted: a loaded node's queue) doubles the silence the next session waits, up to this.
+MAX_SILENCE_S = 8.0
 #: Before a round trip to the peer is known, HELLO and INITIATE are resent every
 #: ``timeout_s`` this many times before the interval doubles, as Exon's probes before an RTT
 #: sample (recovery.UNSAMPLED_STEADY_PTOS): a handshake needs two datagrams through in one
@@ -86,6 +90,11 @@ PROVEN_RATE = 2000.0
 #: Sources whose budget is tracked at once; beyond, those idle for a second (their budget
 #: full again) are forgotten, and all of them if that is not enough.
 MAX_SOURCES = 4096
+#: A HELLO sent again (the same bytes from the same address: its WELCOME was lost, or is
+#: still in the responder's queue behind a busy node) within this long gets the WELCOME made
+#: for it again, not a second key exchange; at most MAX_WELCOMES are kept (the oldest go).
+WELCOME_REPEAT_S = 5.0
+MAX_WELCOMES = 8192
 
 _NONCE = struct.Struct(">4xQ").pack
 _SEALED_PACK = p.SEALED_HDR.pack
@@ -100,7 +109,7 @@ class Initiation:
     """A handshake this node started (the only handshake state anyone keeps)."""
 
     __slots__ = ("peer", "index", "e", "sym", "msg1", "token", "addr", "tries", "timer_at",
-                 "alive", "queue", "queued_bytes", "last_used", "started")
+                 "alive", "queue", "queued_bytes", "last_used", "started", "paced_at")
 
     def __init__(self, peer: str, index: int, e: NodeKey, sym: SymmetricState, msg1: bytes,
                  addr: Address, now: float) -> None:
@@ -118,6 +127,7 @@ class Initiation:
         self.queued_bytes = 0
         self.last_used = now
         self.started = now
+        self.paced_at = 0.0  # the slot of the node's first-probe pace a resend waits for
 
     def hello(self) -> bytes:
         head = p.HELLO_HDR.pack(p.VERSION, p.HELLO, len(self.token)) + self.token + self.msg1
@@ -138,7 +148,8 @@ class SecureState:
                  rekey_after_s: float = 120.0, idle_s: float = 120.0,
                  backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S,
                  retry_rate: float = 2000.0,
-                 on_session: Callable[[str, float], None] | None = None) -> None:
+                 on_session: Callable[[str, float, bool], None] | None = None,
+                 pacer: FirstProbePacer | None = None) -> None:
         self.id = node_id
         self.key = key
         self.trust = trust
@@ -146,10 +157,13 @@ class SecureState:
         self.stats = stats
         self._events = events
         self._on_path = on_path
-        #: ``on_session(peer, now)``: a session with ``peer`` was installed and what waited
+        #: ``on_session(peer, now, held)``: a session with ``peer`` was installed and what waited
         #: for it leaves now (Exon restarts its probe timeouts: nothing had left before).
         self._on_session = on_session
         self.incarnation = int.from_bytes(entropy(8), "big")
+        #: The node-wide pace of first exchanges' probes (shared with Exon's probe timeouts):
+        #: HELLO and INITIATE resends take their slots from it.
+        self._pacer = pacer or FirstProbePacer()
         self._rate = handshake_rate
         # HELLOs without a token, metered: each takes one (answered or not), down to a debt
         # of a second's worth; a key exchange only while one is left. A flood past the rate
@@ -181,6 +195,10 @@ class SecureState:
         self._pending_by_index: dict[int, Initiation] = {}
         self._completed: dict[bytes, tuple[float, Session]] = {}
         self._completed_order: deque[tuple[float, bytes]] = deque()
+        #: WELCOMEs made lately, by what their HELLO bound (address, e, index): a repeat of
+        #: that HELLO is answered with the same bytes (WELCOME_REPEAT_S), in a FIFO of expiry.
+        self._welcomes: dict[bytes, tuple[float, bytes]] = {}
+        self._welcomes_order: deque[tuple[float, bytes]] = deque()
         self._control: list[tuple[bytes, Address]] = []
         self._timers: list[tuple[float, int, Session | Initiation]] = []
         self._seq = 0
@@ -202,6 +220,11 @@ class SecureState:
 
     def pending_count(self) -> int:
         return len(self._pending)
+
+    def holding(self, peer: str) -> bool:
+        """Whether what is sent to ``peer`` now waits in a handshake's queue (a handshake runs
+        and no session seals for it): a probe then would only add a copy to that queue."""
+        return peer in self._pending and peer not in self._current
 
     def has_output(self) -> bool:
         return bool(self._control)
@@ -253,6 +276,12 @@ class SecureState:
                 self._events.append(PeerRestarted(peer))
             else:
                 self._previous[peer] = old
+                # The same incarnation: a silence that made this handshake was the peer
+                # being slow (a loaded node), not a restart: wait twice as long next time.
+                if old.silenced:
+                    s.silence_s = min(2 * old.silence_s, MAX_SILENCE_S)
+                else:
+                    s.silence_s = old.silence_s
         self._current[peer] = s
         self._by_index[s.local_index] = s
         # Lifetimes stretch with the handshake's round trip, so that a new handshake always
@@ -273,6 +302,27 @@ class SecureState:
             del self._previous[s.peer]
 
     # ------------------------------------------------------------------ timers
+
+    def _paced(self, obj: Session | Initiation, now: float) -> bool:
+        """Whether a resend of ``obj``'s HELLO or INITIATE may go now: its reserved slot of
+        the node's first-probe pace came, or the pace has room; else a slot is reserved and
+        ``obj``'s timer armed there (``a3m.exon.pacer``)."""
+        slot = obj.paced_at
+        if slot:
+            if slot <= now < slot + self._timeout:
+                obj.paced_at = 0.0
+                return True
+            if now < slot:
+                self._arm(obj, slot)
+                return False
+        t = self._pacer.slot(now)
+        if t <= now:
+            obj.paced_at = 0.0
+            return True
+        obj.paced_at = t
+        self.stats.probes_deferred += 1
+        self._arm(obj, t)
+        return False
 
     def _arm(self, obj: Session | Initiation, t: float) -> None:
         if t < obj.timer_at:

@@ -1,0 +1,172 @@
+"""First exchanges at scale (issue 32): a node starting thousands of them sends a bounded rate
+of probes (the node-wide pace, ``a3m.exon.pacer``) while a lone link keeps its 0.2 s tries;
+a round trip longer than the probe timeout is still measured (any REQSLOTS copy's answer is
+a sample); what a handshake held leaves once and counts from then; a repeated HELLO costs no
+second key exchange. Sans-I/O on virtual clocks: counts, never timings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from a3m.exon import ExonConfig
+from a3m.exon.pacer import FirstProbePacer
+
+from .secure_net import SecureNet
+
+
+def test_the_pacer_gives_a_burst_then_one_slot_per_interval() -> None:
+    pacer = FirstProbePacer(rate=100.0, burst_s=0.1)
+    slots = [pacer.slot(5.0) for _ in range(40)]
+    assert slots[:11] == [5.0] * 11  # the burst: a tenth of a second's worth, and one
+    assert slots[11:] == pytest.approx([5.0 + 0.01 * k for k in range(1, 30)])
+    assert pacer.deferred == 29
+    assert FirstProbePacer(rate=0.0).slot(1.0) == 1.0  # no pace
+
+
+def _silent_peers(n: int, secure: bool, rate: float, seconds: float = 2.0) -> dict[str, int]:
+    """One node sends a message to each of ``n`` peers that never answer; returns its counts
+    after ``seconds`` (every datagram it sent is a first transmission or a probe)."""
+    cfg = ExonConfig(secure=secure, first_probe_rate=rate)
+    net = SecureNet("a", config=cfg)
+    a = net.nodes["a"]
+    for i in range(n):
+        a.associate(f"p{i}", f"nowhere@{i}")
+        a.send(f"p{i}", b"hello", net.now)
+    net.flush()
+    net.run(seconds)
+    st = a.stats
+    return {"datagrams_out": st.datagrams_out, "hello_resends": st.hello_resends,
+            "probe_timeouts": st.probe_timeouts, "deferred": st.probes_deferred}
+
+
+@pytest.mark.parametrize("secure", [True, False], ids=["secure", "clear"])
+def test_thousands_of_first_exchanges_probe_at_the_node_wide_rate(secure: bool) -> None:
+    """400 first exchanges with silent peers: each would be tried every 0.2 s (4 000 tries in
+    2 s, the first-exchange storm); the node's pace (200 a second) bounds them to ~420."""
+    n, seconds = 400, 2.0
+    paced = _silent_peers(n, secure, rate=200.0, seconds=seconds)
+    tries = paced["hello_resends"] if secure else paced["probe_timeouts"]
+    assert tries <= 200 * seconds + 21, paced
+    assert paced["deferred"] > 0
+    firsts = n  # the HELLOs, or the REQSLOTS, that opened each exchange
+    assert paced["datagrams_out"] <= firsts + 2 * tries, paced  # (a probe: two datagrams)
+    unpaced = _silent_peers(n, secure, rate=0.0, seconds=seconds)
+    assert (unpaced["hello_resends"] if secure else unpaced["probe_timeouts"]) >= 8 * n
+
+
+@pytest.mark.parametrize("secure", [True, False], ids=["secure", "clear"])
+def test_a_lone_first_exchange_keeps_its_fast_tries(secure: bool) -> None:
+    got = _silent_peers(1, secure, rate=200.0, seconds=2.05)
+    tries = got["hello_resends"] if secure else got["probe_timeouts"]
+    assert tries == 10 and got["deferred"] == 0, got
+
+
+def test_a_round_trip_longer_than_the_probe_timeout_is_measured() -> None:
+    """A 1 s round trip (0.5 s each way) against the first probe timeout of 0.2 s: by the
+    time the first SLOTS comes back, four more REQSLOTS copies went. That SLOTS answers the
+    first copy (it says so): a sample of 1 s. Before, only an answer to the copy sent last
+    counted, so such a path was never measured and probed every 0.2 s."""
+    net = SecureNet("a", "b", one_way_s=0.5, config=ExonConfig(secure=False))
+    a = net.nodes["a"]
+    net.send("a", "b", b"x")
+    assert net.run(1.1, lambda: a.srtt("b") is not None)
+    srtt = a.srtt("b")
+    assert srtt is not None and 0.99 <= srtt <= 1.01, srtt
+    assert a.stats.reqslots_retransmits >= 4  # copies did go: the answer was to the first
+    assert net.run(5, lambda: net.got("b") == [b"x"])
+
+
+def test_what_a_handshake_held_leaves_once_and_counts_from_then() -> None:
+    """0.5 s each way: the handshake takes 1 s, during which Exon's first REQSLOTS waits in
+    its queue. The probe timeouts that expire meanwhile add no copies (before: two per
+    timeout, all sent at once when the session came up); one probe's worth goes with what
+    was held (the request again, and its copy in a datagram of its own). The round trip is measured from when it left (1 s), not from when it was
+    queued (2 s)."""
+    net = SecureNet("a", "b", one_way_s=0.5)
+    a = net.nodes["a"]
+    sec = a.secure
+    assert sec is not None
+    net.send("a", "b", b"x")
+    assert net.run(5, lambda: "b" in sec._current)  # the session is up at 1 s
+    st = a.stats
+    assert st.probe_copies <= 1 and st.reqslots_sent <= 2, (st.probe_copies, st.reqslots_sent)
+    assert net.run(5, lambda: a.srtt("b") is not None)
+    srtt = a.srtt("b")
+    assert srtt is not None and srtt < 1.2, srtt
+    assert net.run(5, lambda: net.got("b") == [b"x"])
+
+
+def test_a_repeated_hello_gets_its_welcome_again_without_a_key_exchange() -> None:
+    """The initiator resends its HELLO (the WELCOME is slow: a busy responder, or lost): the
+    responder answers the repeat with the same WELCOME, and computes nothing again."""
+    net = SecureNet("a", "b", one_way_s=0.3)
+    a, b = net.nodes["a"], net.nodes["b"]
+    net.send("a", "b", b"x")
+    assert net.run(5, lambda: net.got("b") == [b"x"])
+    sb = b.stats
+    assert a.stats.hello_resends >= 2  # 0.6 s round trip, 0.2 s resends
+    assert sb.hellos_answered == 1 and sb.welcomes_repeated == a.stats.hello_resends
+    welcomes = {d for src, _, d in net.tap if src == net.addr["b"] and d[1] == 2}
+    assert len(welcomes) == 1  # the same bytes each time
+    assert a.stats.handshakes_completed == 1 and sb.handshakes_accepted == 1
+
+
+def test_an_unconfirmed_session_resends_initiate_before_a_new_handshake() -> None:
+    """The INITIATE is lost for a while and the initiator keeps sending under its new session:
+    the silence rule (more than 4 datagrams unanswered for 1 s) would start a new handshake,
+    but the INITIATE's own fast resends come first; the session is confirmed with no second
+    handshake."""
+    net = SecureNet("a", "b", one_way_s=0.005)
+    a = net.nodes["a"]
+    lost = {"n": 0}
+
+    def drop(src: str, dst: str, data: bytes) -> bool:
+        if data[1] == 3 and lost["n"] < 7:  # INITIATE: the first seven are lost (1.4 s)
+            lost["n"] += 1
+            return True
+        return False
+
+    net.drop = drop
+    for i in range(8):
+        net.send("a", "b", b"m%d" % i)
+    assert net.run(10, lambda: len(net.got("b")) == 8)
+    assert a.stats.handshakes_started == 1 and a.stats.initiate_resends >= 7
+
+
+def test_a_silence_that_found_the_peer_only_slow_doubles_the_next_one() -> None:
+    """A confirmed session goes silent (the peer's answers are held back 1.5 s: a loaded
+    node): a new handshake starts after 1 s and finds the same incarnation; the session it
+    makes waits 2 s of silence before the next one."""
+    net = SecureNet("a", "b", one_way_s=0.005)
+    a = net.nodes["a"]
+    net.send("a", "b", b"first")
+    assert net.run(5, lambda: net.got("b") == [b"first"])
+    sec = a.secure
+    assert sec is not None
+    first = sec._current["b"]
+    assert first.silence_s == 1.0
+    held: list[tuple[str, str, bytes]] = []
+    hold_until = net.now + 1.5
+
+    def drop(src: str, dst: str, data: bytes) -> bool:
+        if src == net.addr["b"] and net.now < hold_until:
+            held.append((src, dst, data))
+            return True
+        return False
+
+    net.drop = drop
+    for i in range(8):
+        net.send("a", "b", b"m%d" % i)
+        net.run(0.15)
+    assert net.run(10, lambda: len(net.got("b")) == 9 and sec._current["b"] is not first)
+    assert a.stats.handshakes_started == 2 and a.stats.peer_restarts == 0
+    assert sec._current["b"].silence_s == 2.0
+
+
+def test_the_node_pace_is_an_option() -> None:
+    assert ExonConfig().first_probe_rate == 200.0
+    with pytest.raises(Exception, match="first_probe_rate"):
+        ExonConfig(first_probe_rate=-1.0)
+    assert dataclasses.replace(ExonConfig(), first_probe_rate=0.0).first_probe_rate == 0.0
