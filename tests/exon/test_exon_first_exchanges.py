@@ -12,6 +12,7 @@ import pytest
 
 from a3m.exon import ExonConfig
 from a3m.exon.pacer import FirstProbePacer
+from a3m.exon.secure.state import WELCOME_REPEAT_S
 
 from .secure_net import SecureNet
 
@@ -111,6 +112,11 @@ def test_a_repeated_hello_gets_its_welcome_again_without_a_key_exchange() -> Non
     welcomes = {d for src, _, d in net.tap if src == net.addr["b"] and d[1] == 2}
     assert len(welcomes) == 1  # the same bytes each time
     assert a.stats.handshakes_completed == 1 and sb.handshakes_accepted == 1
+    # The WELCOME kept for repeats goes after WELCOME_REPEAT_S with no new HELLO to push it
+    # out: the layer's timer includes it (an idle responder's memory returns).
+    bsec = b.secure
+    assert bsec is not None and bsec.kept_welcomes() == 1
+    assert net.run(WELCOME_REPEAT_S + 1, lambda: bsec.kept_welcomes() == 0)
 
 
 def test_an_unconfirmed_session_resends_initiate_before_a_new_handshake() -> None:

@@ -185,6 +185,8 @@ class SecureLayer(ResponderPart):
                 self._initiation_timer(obj, now)
             else:
                 self._session_timer(obj, now)
+        if self._welcomes_order and self._welcomes_order[0][0] <= now:
+            self._expire_welcomes(now)
         live = len(self._by_index) + len(self._pending)
         if len(timers) > 64 and len(timers) > 4 * live:  # drop the stale entries
             self._timers = [e for e in timers if e[2].alive and e[2].timer_at == e[0]]

@@ -191,14 +191,23 @@ class ResponderPart(InitiatorPart):
         most: the oldest go first; every entry lives as long, so they expire in order)."""
         kept = self._welcomes
         order = self._welcomes_order
-        while order and (order[0][0] < now or len(kept) >= MAX_WELCOMES):
+        self._expire_welcomes(now, MAX_WELCOMES - 1)
+        t = now + WELCOME_REPEAT_S
+        kept[bound] = (t, welcome)
+        order.append((t, bound))
+
+    def _expire_welcomes(self, now: float, room: int = MAX_WELCOMES) -> None:
+        """Forget the WELCOMEs kept past their time, and the oldest beyond ``room`` (from the
+        front of the order: every entry lives as long). Runs on a new entry and on the
+        layer's timer (``next_timer`` includes the oldest entry's end), so an idle node keeps
+        none past WELCOME_REPEAT_S."""
+        kept = self._welcomes
+        order = self._welcomes_order
+        while order and (order[0][0] <= now or len(kept) > room):
             t, k = order.popleft()
             got = kept.get(k)
             if got is not None and got[0] == t:
                 del kept[k]
-        t = now + WELCOME_REPEAT_S
-        kept[bound] = (t, welcome)
-        order.append((t, bound))
 
 
     def _on_initiate(self, data: bytes | memoryview, addr: Address, now: float) -> None:

@@ -240,12 +240,19 @@ class SecureState:
 
     def next_timer(self) -> float | None:
         timers = self._timers
+        welcomes = self._welcomes_order
+        kept = welcomes[0][0] if welcomes else None  # the oldest WELCOME kept for repeats
         while timers:
             t, _, obj = timers[0]
             if obj.alive and obj.timer_at == t:
-                return t
+                return t if kept is None or t < kept else kept
             heapq.heappop(timers)
-        return None
+        return kept
+
+    def kept_welcomes(self) -> int:
+        """WELCOMEs kept to answer a repeated HELLO without a key exchange (expire after
+        WELCOME_REPEAT_S)."""
+        return len(self._welcomes)
 
     # ------------------------------------------------------------------ shared steps
 
