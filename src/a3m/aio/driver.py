@@ -184,13 +184,13 @@ class LoopDriver:
         proto = self.proto
         if proto.has_output():
             self._send(proto.datagrams_to_send(time.monotonic()))
-            t = self._deadline()
-            if t is not None and t < self._timer_at:
-                self.wake_by(t)
             if self._any_ready is not None and not self._poll_soon \
                     and threading.get_ident() == self._tid:
                 self._poll_soon = True  # the answer may come soon: see _poll
                 self.loop.call_soon(self._poll)
+        t = self._deadline()  # (also without output: a send the pacer held back sets one)
+        if t is not None and t < self._timer_at:
+            self.wake_by(t)
 
     def notify_all(self) -> None:
         """Something changed: wake the coroutines (and worker threads) that wait."""
@@ -439,8 +439,12 @@ class LoopDriver:
             self._timer.cancel()
         self._timer_at = t
         loop = self.loop  # (its clock may not be time.monotonic: uvloop's is not)
-        self._timer = loop.call_at(loop.time() + max(0.0, t - time.monotonic()),
-                                   self._on_timer)
+        # The monotonic time read before the loop's: on asyncio's own loop (the same clock)
+        # the timer then never fires before ``t``; one that did would find nothing due and
+        # wait again, at least a millisecond (epoll's resolution): a paced release a
+        # millisecond late.
+        left = t - time.monotonic()
+        self._timer = loop.call_at(loop.time() + max(0.0, left), self._on_timer)
 
     def _arm(self) -> None:
         """After a turn: the next one when the protocol or the node needs it, and within
