@@ -439,12 +439,8 @@ class LoopDriver:
             self._timer.cancel()
         self._timer_at = t
         loop = self.loop  # (its clock may not be time.monotonic: uvloop's is not)
-        # The monotonic time read before the loop's: on asyncio's own loop (the same clock)
-        # the timer then never fires before ``t``; one that did would find nothing due and
-        # wait again, at least a millisecond (epoll's resolution): a paced release a
-        # millisecond late.
-        left = t - time.monotonic()
-        self._timer = loop.call_at(loop.time() + max(0.0, left), self._on_timer)
+        self._timer = loop.call_at(loop.time() + max(0.0, t - time.monotonic()),
+                                   self._on_timer)
 
     def _arm(self) -> None:
         """After a turn: the next one when the protocol or the node needs it, and within

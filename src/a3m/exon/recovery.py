@@ -110,6 +110,9 @@ PACING_QUANTUM_DATAGRAMS = 4
 #: without, it decays by BW_DECAY a round. A decay as fast as the path's random loss (5 % a
 #: round) took the estimate, and the pacing rate with it, down by a quarter between probes.
 BW_WINDOW_ROUNDS = 10
+#: Paced, heavy loss is taken as congestion only while the smoothed RTT is this many least
+#: RTTs or more (a queue standing at the bottleneck): without one it is the link's.
+QUEUED_RTT = 1.125
 #: Phases of the pacing gain.
 STARTUP, DRAIN, CRUISE = 0, 1, 2
 
@@ -343,21 +346,18 @@ class PathRecovery:
         self.extra_acked *= BW_DECAY
         lost, acked = self.round_lost, self.round_acked
         self.loss_rate += 0.125 * (lost / (lost + acked) - self.loss_rate)
-        if self.loss_rate > LOSS_TOLERANCE and lost > LOSS_TOLERANCE * (lost + acked):
+        heavy = lost > LOSS_TOLERANCE * (lost + acked)
+        if (self.loss_rate > LOSS_TOLERANCE and heavy
+                and (not self.pacing or self.srtt > QUEUED_RTT * self.min_rtt)):
             # More loss, over several rounds, than a lossy link explains: the path is
-            # congested. Halve the rate the window is sized from, and measure again.
+            # congested. Halve the rate the window is sized from, and measure again. (Paced,
+            # only with a queue standing: at the pacing rate a path with no queue loses what
+            # its link loses, and the estimate would not grow back between probes.)
             self.bw *= 0.5
             if self.pacing:
                 self.bw_samples[:] = [self.bw]
                 if self.phase == STARTUP:
                     self.phase = DRAIN  # startup found the limit
-                else:
-                    # Paced at the estimate, the next rounds would only measure the halved
-                    # rate: probe again as startup does (unpaced, the window did), and keep
-                    # what the path gives (a lossy link's rate, or less if congested).
-                    self.phase = STARTUP
-                    self.full_bw = self.bw
-                    self.full_bw_rounds = 0
             self.loss_rate = 0.0
             self.congestion_events += 1
         self.round_start = now
@@ -368,21 +368,25 @@ class PathRecovery:
                             int(CWND_GAIN * self.bw * self.min_rtt + self.extra_acked))
             self.cwnd_tokens = int(self.cwnd / self.token_bytes)
         if self.pacing:
-            self._next_phase(app_limited)
+            self._next_phase(app_limited, heavy)
             self._set_pacing_rate()
 
     # ------------------------------------------------------------------ pacing
 
-    def _next_phase(self, app_limited: bool) -> None:
-        """At the end of a round: startup ends when the pipe is full (the rate stopped
-        growing: loss alone does not end it, a lossy link must not stop the search);
-        drain ends once what is in flight fits the path's bandwidth-delay product; the
-        cruise cycle moves on a round."""
-        if self.phase == STARTUP and not app_limited:
+    def _next_phase(self, app_limited: bool, heavy_loss: bool) -> None:
+        """At the end of a round: startup ends when the pipe is full: the rate stopped
+        growing for FULL_BW_ROUNDS rounds (not limited by the application), or for one round
+        that lost more than LOSS_TOLERANCE (a shallow queue overflowing: each more round at
+        2.89x would drop most of what it sent; loss alone does not end it, a lossy link must
+        not stop the search while the rate still grows); drain ends once what is in flight
+        fits the path's bandwidth-delay product; the cruise cycle moves on a round."""
+        if self.phase == STARTUP:
             if self.bw >= FULL_BW_GROWTH * self.full_bw:
-                self.full_bw = self.bw
+                self.full_bw = self.bw  # (growth counts even in an application-limited round)
                 self.full_bw_rounds = 0
-            else:
+            elif heavy_loss:
+                self.phase = DRAIN
+            elif not app_limited:
                 self.full_bw_rounds += 1
                 if self.full_bw_rounds >= FULL_BW_ROUNDS:
                     self.phase = DRAIN
