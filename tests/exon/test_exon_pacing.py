@@ -178,6 +178,19 @@ def test_the_estimate_holds_the_best_of_ten_rounds_then_follows_the_path() -> No
     assert path.bw == pytest.approx(0.5 * RATE, rel=0.01)
 
 
+def test_acks_in_bursts_measure_no_more_than_was_sent() -> None:
+    """A busy receiver acknowledges in bursts: a round can carry more ACKs than a round's
+    worth. The sample is bounded by the send rate (BBR's send interval): above the path's
+    rate the pacer kept a standing queue at the bottleneck (10-15 ms on the emulated 10 ms
+    path, where the estimate read 13-15 MB/s for a 12 MB/s link)."""
+    path, now = measured(rounds=1)
+    for _ in range(4):
+        path.paced(int(RATE * RTT_S), now)  # a round's worth sent...
+        now += RTT_S
+        path.on_acked(int(1.6 * RATE * RTT_S), now)  # ...and 1.6 rounds' worth acknowledged
+    assert path.bw == pytest.approx(RATE, rel=0.01)
+
+
 def test_three_probe_timeouts_start_the_model_and_the_pacer_again() -> None:
     path, now = measured(rounds=5)
     for _ in range(3):

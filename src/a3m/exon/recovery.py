@@ -133,8 +133,9 @@ class PathRecovery:
         "mds", "cwnd", "min_window", "inflight", "bw", "round_start", "round_acked",
         "round_lost", "loss_rate", "congestion_events", "cwnd_tokens", "token_bytes",
         "epoch_start", "epoch_acked", "extra_acked",
-        "pacing", "pacing_rate", "pace_at", "pace_burst_s", "phase", "cycle", "full_bw",
-        "full_bw_rounds", "app_limited", "bw_samples",
+        "pacing_allowed", "pacing", "pacing_rate", "pace_at", "pace_burst_s", "phase", "cycle",
+        "full_bw", "full_bw_rounds", "app_limited", "bw_samples", "sent", "round_sent",
+        "send_rate",
     )
 
     def __init__(self, initial_pto: float, peer_ack_delay: float, backoff_cap: float,
@@ -178,11 +179,14 @@ class PathRecovery:
         self.epoch_start = 0.0
         self.epoch_acked = 0
         self.extra_acked = 0.0
-        #: Pacing: on for this path (the config's choice), the rate in bytes/s (0: not
-        #: paced now), and the bucket as the time its debt is paid: a token may leave while
-        #: ``pace_at <= now``; each one moves it on by its bytes over the rate, from no
-        #: earlier than ``now - pace_burst_s`` (a full bucket).
-        self.pacing = pacing
+        #: Pacing: allowed (the config's choice); on for this path (allowed, and its least
+        #: RTT a quantum or more: the rate-based model's rules apply only then, elsewhere
+        #: the window works as it did); the rate in bytes/s (0: not paced now); and the
+        #: bucket as the time its debt is paid: a token may leave while ``pace_at <= now``;
+        #: each one moves it on by its bytes over the rate, from no earlier than
+        #: ``now - pace_burst_s`` (a full bucket).
+        self.pacing_allowed = pacing
+        self.pacing = False
         self.pacing_rate = 0.0
         self.pace_at = 0.0
         self.pace_burst_s = PACING_QUANTUM_S
@@ -192,8 +196,13 @@ class PathRecovery:
         self.full_bw_rounds = 0
         #: The sender ran out of queued tokens this round (set by the sender).
         self.app_limited = False
-        #: With pacing: the delivery rates of the last BW_WINDOW_ROUNDS rounds that count.
+        #: With pacing: the delivery rates of the last BW_WINDOW_ROUNDS rounds that count;
+        #: bytes sent so far (new tokens and fast retransmissions), at the round's start,
+        #: and the send rate of the round before.
         self.bw_samples: list[float] = []
+        self.sent = 0
+        self.round_sent = 0
+        self.send_rate = 0.0
         self._update_pto()
 
     # ------------------------------------------------------------------ RTT and timeouts
@@ -227,7 +236,8 @@ class PathRecovery:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
             self.srtt = 0.875 * self.srtt + 0.125 * sample
         self._update_pto()
-        if self.pacing:
+        if self.pacing_allowed:
+            self.pacing = self.min_rtt >= PACING_QUANTUM_S
             self._set_pacing_rate()
 
     def set_peer_ack_delay(self, delay: float) -> None:
@@ -332,29 +342,41 @@ class PathRecovery:
         """A round trip of acknowledgements: take a delivery-rate sample, answer heavy loss,
         size the window from the model, and move the pacing gain on."""
         rate = self.round_acked / span
-        app_limited = self.pacing and self.app_limited
-        if not self.pacing:
+        pacing = self.pacing
+        app_limited = pacing and self.app_limited
+        if not pacing:
             decayed = self.bw * BW_DECAY
             self.bw = rate if rate > decayed else decayed
-        elif not app_limited or rate > self.bw:
-            # (an application-limited round only raises the estimate: BBR's rule)
-            samples = self.bw_samples
-            samples.append(rate)
-            if len(samples) > BW_WINDOW_ROUNDS:
-                del samples[0]
-            self.bw = max(samples)
+        else:
+            # Never more than was sent: ACKs that come in bursts (a receiver's turn, a
+            # sender's thread busy) carry more than a round's worth into one round (BBR
+            # bounds its rate samples by the send interval the same way); paced above the
+            # path's rate, a standing queue builds at the bottleneck.
+            send_rate = (self.sent - self.round_sent) / span
+            self.round_sent = self.sent
+            bound = send_rate if send_rate > self.send_rate else self.send_rate
+            self.send_rate = send_rate
+            if rate > bound > 0:
+                rate = bound
+            if not app_limited or rate > self.bw:
+                # (an application-limited round only raises the estimate: BBR's rule)
+                samples = self.bw_samples
+                samples.append(rate)
+                if len(samples) > BW_WINDOW_ROUNDS:
+                    del samples[0]
+                self.bw = max(samples)
         self.extra_acked *= BW_DECAY
         lost, acked = self.round_lost, self.round_acked
         self.loss_rate += 0.125 * (lost / (lost + acked) - self.loss_rate)
         heavy = lost > LOSS_TOLERANCE * (lost + acked)
         if (self.loss_rate > LOSS_TOLERANCE and heavy
-                and (not self.pacing or self.srtt > QUEUED_RTT * self.min_rtt)):
+                and (not pacing or self.srtt > QUEUED_RTT * self.min_rtt)):
             # More loss, over several rounds, than a lossy link explains: the path is
             # congested. Halve the rate the window is sized from, and measure again. (Paced,
             # only with a queue standing: at the pacing rate a path with no queue loses what
             # its link loses, and the estimate would not grow back between probes.)
             self.bw *= 0.5
-            if self.pacing:
+            if pacing:
                 self.bw_samples[:] = [self.bw]
                 if self.phase == STARTUP:
                     self.phase = DRAIN  # startup found the limit
@@ -367,7 +389,7 @@ class PathRecovery:
             self.cwnd = max(self.min_window,
                             int(CWND_GAIN * self.bw * self.min_rtt + self.extra_acked))
             self.cwnd_tokens = int(self.cwnd / self.token_bytes)
-        if self.pacing:
+        if pacing:
             self._next_phase(app_limited, heavy)
             self._set_pacing_rate()
 
@@ -399,7 +421,7 @@ class PathRecovery:
 
     def _set_pacing_rate(self) -> None:
         """The pacing rate from the model and the phase (0: not paced)."""
-        if not self.sampled or self.min_rtt < PACING_QUANTUM_S:
+        if not self.pacing:
             rate = 0.0  # no RTT yet, or a path whose whole window fits in one quantum
         else:
             phase = self.phase
@@ -440,6 +462,7 @@ class PathRecovery:
         """``nbytes`` of new tokens left at ``now``: the bucket pays for them."""
         rate = self.pacing_rate
         if rate:
+            self.sent += nbytes
             floor = now - self.pace_burst_s
             at = self.pace_at
             self.pace_at = (at if at > floor else floor) + nbytes / rate
@@ -457,6 +480,7 @@ class PathRecovery:
         do not slow every later recovery for the life of the path; a path that still
         reorders shows it again with its next spurious retransmission."""
         self.round_lost += nbytes
+        self.sent += nbytes  # (sent again at once)
         if self.reorder_quarters:
             self.losses_since_spurious += 1
             if self.losses_since_spurious >= LOSSES_TO_NARROW:
