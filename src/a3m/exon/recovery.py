@@ -113,6 +113,9 @@ BW_WINDOW_ROUNDS = 10
 #: Paced, heavy loss is taken as congestion only while the smoothed RTT is this many least
 #: RTTs or more (a queue standing at the bottleneck): without one it is the link's.
 QUEUED_RTT = 1.125
+#: A sender that came back too late for its paced tokens makes the lost time up at this
+#: gain (pace_allowance).
+CATCH_UP_GAIN = 1.25
 #: Phases of the pacing gain.
 STARTUP, DRAIN, CRUISE = 0, 1, 2
 
@@ -135,7 +138,7 @@ class PathRecovery:
         "epoch_start", "epoch_acked", "extra_acked",
         "pacing_allowed", "pacing", "pacing_rate", "pace_at", "pace_burst_s", "phase", "cycle",
         "full_bw", "full_bw_rounds", "app_limited", "bw_samples", "sent", "round_sent",
-        "send_rate",
+        "send_rate", "pace_late_s", "pace_wake_at", "pace_owed_s",
     )
 
     def __init__(self, initial_pto: float, peer_ack_delay: float, backoff_cap: float,
@@ -190,6 +193,9 @@ class PathRecovery:
         self.pacing_rate = 0.0
         self.pace_at = 0.0
         self.pace_burst_s = PACING_QUANTUM_S
+        self.pace_late_s = 0.0  # time the bucket overflowed while tokens waited (diagnostics)
+        self.pace_wake_at = 0.0  # the wake-up asked for while tokens wait (0: none)
+        self.pace_owed_s = 0.0  # time the path went unused that the pacer makes up
         self.phase = STARTUP
         self.cycle = 0
         self.full_bw = 0.0  # startup: the rate the next rounds must beat by a quarter
@@ -198,7 +204,7 @@ class PathRecovery:
         self.app_limited = False
         #: With pacing: the delivery rates of the last BW_WINDOW_ROUNDS rounds that count;
         #: bytes sent so far (new tokens and fast retransmissions), at the round's start,
-        #: and the send rate of the round before.
+        #: and the send rate of the last round.
         self.bw_samples: list[float] = []
         self.sent = 0
         self.round_sent = 0
@@ -348,14 +354,14 @@ class PathRecovery:
             decayed = self.bw * BW_DECAY
             self.bw = rate if rate > decayed else decayed
         else:
-            # Never more than was sent: ACKs that come in bursts (a receiver's turn, a
-            # sender's thread busy) carry more than a round's worth into one round (BBR
-            # bounds its rate samples by the send interval the same way); paced above the
-            # path's rate, a standing queue builds at the bottleneck.
-            send_rate = (self.sent - self.round_sent) / span
+            # Never more than was sent a round before (what these ACKs answer): ACKs that
+            # come in bursts (a receiver's turn, a sender's thread busy) carry more than a
+            # round's worth into one round (BBR bounds its rate samples by the send interval
+            # the same way); paced above the path's rate, a standing queue builds at the
+            # bottleneck.
+            bound = self.send_rate
+            self.send_rate = (self.sent - self.round_sent) / span
             self.round_sent = self.sent
-            bound = send_rate if send_rate > self.send_rate else self.send_rate
-            self.send_rate = send_rate
             if rate > bound > 0:
                 rate = bound
             if not app_limited or rate > self.bw:
@@ -455,6 +461,20 @@ class PathRecovery:
             return INF
         floor = now - self.pace_burst_s
         at = self.pace_at
+        if self.pace_wake_at:
+            self.pace_wake_at = 0.0
+            if at < floor:
+                # Tokens waited and the sender came back too late for them (its runtime's
+                # turns came milliseconds apart: a Python thread producing holds the
+                # interpreter, a loaded CPU): what overflowed the full bucket is time the
+                # path went unused. It is made up at CATCH_UP_GAIN x the rate (never more
+                # than a quantum at once), up to a quarter of a round trip of it: a
+                # standing queue a deep buffer takes, and a shallow one mostly too.
+                over = floor - at
+                self.pace_late_s += over
+                owed = self.pace_owed_s + over
+                cap = 0.25 * self.srtt
+                self.pace_owed_s = owed if owed < cap else cap
         credit = (now - (at if at > floor else floor)) * rate
         return credit - credit % unit if credit >= unit else 0.0
 
@@ -465,13 +485,23 @@ class PathRecovery:
             self.sent += nbytes
             floor = now - self.pace_burst_s
             at = self.pace_at
-            self.pace_at = (at if at > floor else floor) + nbytes / rate
+            t = nbytes / rate
+            owed = self.pace_owed_s
+            if owed > 0:  # catching up (pace_allowance): the bucket pays 1/CATCH_UP_GAIN
+                saved = t * (1 - 1 / CATCH_UP_GAIN)
+                if saved > owed:
+                    saved = owed
+                self.pace_owed_s = owed - saved
+                t -= saved
+            self.pace_at = (at if at > floor else floor) + t
 
     def pace_wake(self) -> float:
         """When a sender the pacer held back comes back: once the bucket holds half a
         quantum (a wake-up sends a few datagrams, not one; a timer late by up to half a
         quantum, asyncio's millisecond, loses nothing)."""
-        return self.pace_at + 0.5 * self.pace_burst_s
+        t = self.pace_at + 0.5 * self.pace_burst_s
+        self.pace_wake_at = t
+        return t
 
     def on_lost(self, nbytes: int) -> None:
         """``nbytes`` of tokens were declared lost (they are sent again at once). Once
@@ -480,7 +510,9 @@ class PathRecovery:
         do not slow every later recovery for the life of the path; a path that still
         reorders shows it again with its next spurious retransmission."""
         self.round_lost += nbytes
-        self.sent += nbytes  # (sent again at once)
+        self.sent += nbytes  # (sent again at once, unpaced: the next new tokens wait for it)
+        if self.pacing_rate:
+            self.pace_at += nbytes / self.pacing_rate
         if self.reorder_quarters:
             self.losses_since_spurious += 1
             if self.losses_since_spurious >= LOSSES_TO_NARROW:
@@ -498,4 +530,5 @@ class PathRecovery:
                 "time_threshold_quarters": self.reorder_quarters,
                 "loss_rate": self.loss_rate,
                 "congestion_events": self.congestion_events,
-                "pacing_Bps": self.pacing_rate, "pacing_phase": self.phase}
+                "pacing_Bps": self.pacing_rate, "pacing_phase": self.phase,
+                "pacing_late_s": self.pace_late_s}

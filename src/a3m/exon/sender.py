@@ -251,6 +251,7 @@ class SenderPart(ProtocolState):
                 rec.last_sent = now
                 self._schedule(rec, now + path.pto)
             if queue and rec.env_lo < rec.sck and path.inflight < path.cwnd:
+                self.stats.pacer_holds += 1
                 self._schedule(rec, path.pace_wake())  # the pacer holds the rest back
         if not queue:
             path.app_limited = True  # the queue ran dry: the window had room to spare
