@@ -604,3 +604,61 @@ def test_a_close_with_messages_past_the_exon_window_delivers_them_all() -> None:
                 await pull.recv(timeout=0.3)
 
     run(main)
+
+
+def test_a_send_the_pacer_holds_back_arms_the_loop_timer_by_its_release() -> None:
+    """As the threaded driver's: a send the pacer holds back leaves no output but an earlier
+    deadline (its release); ``flush`` arms the loop's timer for it. Before, it looked at
+    the deadline only after sending something, and the held tokens waited for the timer
+    armed before (the record's idle release, 1 s later)."""
+    from a3m.aio.driver import LoopDriver
+    from a3m.exon import Delivered, ExonConfig, ExonProtocol, MemoryClockStore
+
+    async def main() -> None:
+        got: list[bytes] = []
+
+        def collect(events: Any, now: float) -> None:
+            got.extend(ev.payload for ev in events if isinstance(ev, Delivered))
+            events.clear()
+
+        cfg = ExonConfig(secure=False)
+        tx = LoopDriver(ExonProtocol("tx", cfg, rng=Random(1), clock_store=MemoryClockStore(1)),
+                        "127.0.0.1:0", lambda ev, now: ev.clear())
+        rx = LoopDriver(ExonProtocol("rx", cfg, rng=Random(2), clock_store=MemoryClockStore(1)),
+                        "127.0.0.1:0", collect)
+        relay = FaultRelay({"rx": rx.address}, delay_s=0.005)  # a path Exon paces
+        try:
+            tx.proto.associate("rx", relay.front("rx"))
+            tx.proto.send("rx", b"first", time.monotonic())
+            tx.flush()
+            end = time.monotonic() + 30
+            while time.monotonic() < end:  # the first exchange done, the timer far
+                await asyncio.sleep(0.01)
+                path = tx.proto._paths.get("rx")
+                rec = tx.proto._sr.get("rx")
+                if (b"first" in got and path is not None and path.pacing_rate > 0
+                        and rec is not None and not rec.tokens
+                        and tx._timer_at > time.monotonic() + 0.3):
+                    break
+            else:
+                raise AssertionError("the paced path never went idle")
+            now = time.monotonic()
+            path.paced(10 * 1400, now)  # the bucket in debt: the next sends wait
+            tx.proto.send("rx", b"held-1", now)  # held; it asks for slots
+            tx._send(tx.proto.datagrams_to_send(now))  # (the slot request, as flush would)
+            tx.proto.send("rx", b"held", now)
+            assert len(rec.queue) == 2 and not tx.proto.has_output()  # nothing to send
+            t = tx.proto.next_timer()
+            assert t is not None and t < now + 0.1
+            tx.flush()
+            assert tx._timer_at <= t  # armed for the release
+            end = time.monotonic() + 30
+            while b"held" not in got and time.monotonic() < end:
+                await asyncio.sleep(0.005)
+            assert b"held" in got
+        finally:
+            tx.stop()
+            rx.stop()
+            relay.close()
+
+    run(main)

@@ -295,3 +295,61 @@ def test_close_moves_what_waits_above_the_window_into_the_protocol_first() -> No
     finally:
         tx.stop()
         rx.stop()
+
+
+def _paced_pair(delay_s: float) -> tuple[Any, Any, Any, Collector]:
+    """tx -> rx through a relay holding each datagram ``delay_s`` (a path Exon paces), the
+    path measured by a first message; (relay, tx, rx, rx's collector)."""
+    from a3m.testing.relay import FaultRelay
+
+    rx_events = Collector()
+    cfg = ExonConfig(secure=False)
+    tx = Driver(ExonProtocol("tx", cfg, rng=Random(1), clock_store=MemoryClockStore(1)),
+                "127.0.0.1:0", lambda ev, now: None)
+    rx = Driver(ExonProtocol("rx", cfg, rng=Random(2), clock_store=MemoryClockStore(1)),
+                "127.0.0.1:0", rx_events)
+    relay = FaultRelay({"rx": rx.address}, delay_s=delay_s)
+    tx.call(lambda: tx.proto.associate("rx", relay.front("rx")))
+    tx.call(lambda: tx.proto.send("rx", b"first", time.monotonic()))
+    assert rx_events.arrived.wait(30)
+    return relay, tx, rx, rx_events
+
+
+def test_a_send_the_pacer_holds_back_wakes_the_sleeping_io_thread_by_its_release() -> None:
+    """An application thread's send that the pacer holds back produces no output but an
+    earlier deadline (its release): ``flush`` must wake the I/O thread sleeping past it.
+    Before, ``flush`` looked at the deadline only after sending something, and the held
+    tokens waited for the I/O thread's own time (the record's idle release, 1 s later)."""
+    relay, tx, rx, rx_events = _paced_pair(0.005)
+    try:
+        deadline = time.monotonic() + 30
+        path = None
+        while time.monotonic() < deadline:  # the record's first exchange done, the thread idle
+            with tx.lock:
+                path = tx.proto._paths.get("rx")
+                rec = tx.proto._sr.get("rx")
+                if (path is not None and path.pacing_rate > 0 and rec is not None
+                        and not rec.tokens and tx._sleeping and tx._leader is None
+                        and tx._io_until > time.monotonic() + 0.3):
+                    now = time.monotonic()
+                    path.paced(10 * 1400, now)  # the bucket in debt: the next sends wait
+                    tx.proto.send("rx", b"held-1", now)  # held; it asks for slots
+                    tx._send_now()  # (the slot request: as flush would, without its look)
+                    tx.proto.send("rx", b"held", now)
+                    assert len(rec.queue) == 2 and not tx.proto.has_output()  # nothing to send
+                    t = tx.proto.next_timer()
+                    assert t is not None and t < tx._io_until  # released before it wakes
+                    tx.flush()
+                    assert not tx._sleeping  # woken
+                    break
+            time.sleep(0.01)
+        else:
+            raise AssertionError(f"the paced path never went idle: {path and path.snapshot()}")
+        deadline = time.monotonic() + 30
+        while b"held" not in rx_events.got and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert b"held" in rx_events.got
+    finally:
+        tx.stop()
+        rx.stop()
+        relay.close()

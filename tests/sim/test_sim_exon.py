@@ -306,9 +306,12 @@ def test_sessions_rekeyed_and_expired_mid_stream_lose_and_double_nothing(seed: i
     cfg = dataclasses.replace(FAST, rekey_after_s=0.1, session_idle_s=0.5)
     net = Network(seed_from_env(seed), LinkModel(loss=0.15, dup=0.1, reorder=0.3))
     cluster = ExonCluster(net, ["a", "b", "c"], cfg)
-    cluster.flow("a", "b", 100_000)  # long enough for 8 handshakes mid-stream (a session
-    cluster.flow("b", "a", 100_000)  # lives max(0.15 s, 8 handshake round trips))
-    cluster.flow("c", "a", 10_000)
+    # The applications send for 4 s of virtual time, whatever the transport's speed: long
+    # enough for 8 handshakes mid-stream (a session lives max(0.1 s, 8 handshake round
+    # trips); as fast as the path allowed, a paced stream ended in 1.3 s).
+    cluster.flow("a", "b", 40_000, every_s=1e-4)
+    cluster.flow("b", "a", 40_000, every_s=1e-4)
+    cluster.flow("c", "a", 10_000, every_s=4e-4)
     finish(cluster)
     started = sum(app.proto.stats.handshakes_started for app in cluster.apps.values())
     assert started >= 8, started  # the sessions really were replaced mid-stream

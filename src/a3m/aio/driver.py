@@ -184,13 +184,13 @@ class LoopDriver:
         proto = self.proto
         if proto.has_output():
             self._send(proto.datagrams_to_send(time.monotonic()))
-            t = self._deadline()
-            if t is not None and t < self._timer_at:
-                self.wake_by(t)
             if self._any_ready is not None and not self._poll_soon \
                     and threading.get_ident() == self._tid:
                 self._poll_soon = True  # the answer may come soon: see _poll
                 self.loop.call_soon(self._poll)
+        t = self._deadline()  # (also without output: a send the pacer held back sets one)
+        if t is not None and t < self._timer_at:
+            self.wake_by(t)
 
     def notify_all(self) -> None:
         """Something changed: wake the coroutines (and worker threads) that wait."""

@@ -49,7 +49,8 @@ DONE = b"A3M-BULK-DONE"
 #: Sender counters reported from A3M's Exon stats.
 SENDER_KEYS = ("datagrams_out", "datagrams_in", "tokens_sent", "retransmits",
                "fast_retransmits", "spurious_retransmits", "probe_timeouts",
-               "congestion_events", "reqslots_sent", "reqslots_retransmits", "slot_stalls")
+               "congestion_events", "reqslots_sent", "reqslots_retransmits", "slot_stalls",
+               "pacer_holds")
 RECEIVER_KEYS = ("datagrams_in", "datagrams_out", "duplicates", "delivered")
 
 

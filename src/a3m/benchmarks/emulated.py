@@ -43,6 +43,12 @@ HDR = struct.Struct(">Qd")  # request id, send time (client clock)
 # ---------------------------------------------------------------------- workers
 
 
+def _node_options() -> dict[str, Any]:
+    """Exon options for every A3M node of the run, as JSON in ``A3M_EMULATED_NODE_OPTIONS``
+    (e.g. ``{"pacing": false}``: the same build without pacing, beside it in one session)."""
+    return dict(json.loads(os.environ.get("A3M_EMULATED_NODE_OPTIONS", "{}")))
+
+
 def _pin(cpu: int) -> None:
     if cpu >= 0 and hasattr(os, "sched_setaffinity"):
         try:
@@ -63,7 +69,7 @@ def serve(system: str, host: str, concurrency: int, duration: float, ordered: bo
     if system == "a3m":
         import a3m
 
-        with a3m.Node("rpc-server", bind=f"{host}:{PORT}") as node:
+        with a3m.Node("rpc-server", bind=f"{host}:{PORT}", **_node_options()) as node:
             router = node.socket(a3m.ROUTER, "rpc", ordered=ordered)
             _ready()
             while time.monotonic() < end:
@@ -157,7 +163,7 @@ def call(system: str, host: str, concurrency: int, duration: float, size: int,
     if system == "a3m":
         import a3m
 
-        with a3m.Node("rpc-client", bind="0.0.0.0:0") as node:
+        with a3m.Node("rpc-client", bind="0.0.0.0:0", **_node_options()) as node:
             node.associate("rpc-server", (host, PORT))
             d = node.socket(a3m.DEALER, "rpc", ordered=ordered)
             d.link(("rpc-server", "rpc"))
@@ -239,16 +245,19 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
     if system == "a3m":
         import a3m
 
-        with a3m.Node("stream-sink", bind=f"{host}:{PORT}") as node:
+        with a3m.Node("stream-sink", bind=f"{host}:{PORT}", **_node_options()) as node:
             sock = node.socket(a3m.PULL, "in")
             _ready()
             sock.recv(timeout=60)
             t0, got = clock(), 1
             last, stall, stall_at = t0, 0.0, 0
+            tenth, t_tenth = max(1, messages // 10), 0.0
             while got < messages:
                 sock.recv(timeout=60)
                 got += 1
                 t = clock()
+                if got == tenth:
+                    t_tenth = t
                 if t - last > stall:
                     stall, stall_at = t - last, got
                 last = t
@@ -257,6 +266,10 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
             # the longest wait between two messages, and the message it ended at: a stream
             # that lost most of its rate to one stall shows it here
             extra.update(longest_stall_ms=round(stall * 1e3, 1), stall_at=stall_at)
+            # the rate after the first tenth: the stream without its start (the window's and
+            # the pacer's search for the path's rate, a large share of a short run)
+            if t_tenth and last > t_tenth:
+                extra["steady_msgs_per_s"] = round((got - tenth) / (last - t_tenth))
     elif system == "pyzmq":
         import zmq
 
@@ -285,7 +298,7 @@ def push(system: str, host: str, messages: int, size: int) -> dict[str, Any]:
     if system == "a3m":
         import a3m
 
-        with a3m.Node("stream-source", bind="0.0.0.0:0") as node:
+        with a3m.Node("stream-source", bind="0.0.0.0:0", **_node_options()) as node:
             node.associate("stream-sink", (host, PORT))
             sock = node.socket(a3m.PUSH, "out")
             sock.link(("stream-sink", "in"))
@@ -298,8 +311,8 @@ def push(system: str, host: str, messages: int, size: int) -> dict[str, Any]:
             return {"messages_per_datagram": round(st["tokens_sent"] / max(1, st["datagrams_out"]),
                                                    2),
                     **{k: st[k] for k in ("retransmits", "fast_retransmits", "probe_timeouts",
-                                          "congestion_events", "datagrams_out",
-                                          "datagrams_in")},
+                                          "congestion_events", "pacer_holds",
+                                          "datagrams_out", "datagrams_in")},
                     "recovery": node._proto.path_stats("stream-sink")}
     if system == "pyzmq":
         import zmq
@@ -319,6 +332,16 @@ def push(system: str, host: str, messages: int, size: int) -> dict[str, Any]:
             s.send(data)
         time.sleep(1.0)  # NNG has no linger: let the last messages leave
     return {}
+
+
+def _usage() -> dict[str, Any]:
+    """This process's CPU time and context switches so far (the stream's sides report them:
+    a CPU-bound side shows it here, a side that waited shows switches)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+            "ctx_switches": {"voluntary": ru.ru_nvcsw, "involuntary": ru.ru_nivcsw}}
 
 
 def _worker(argv: list[str]) -> None:
@@ -343,6 +366,8 @@ def _worker(argv: list[str]) -> None:
             out = pull(a.system, a.host, a.messages)
         else:
             out = push(a.system, a.host, a.messages, a.size)
+        if a.role in ("push", "pull"):
+            out.update(_usage())
     except Exception as exc:  # reported, not raised: the driver shows it beside the others
         out = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(out), flush=True)

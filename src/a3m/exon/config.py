@@ -53,6 +53,10 @@ class ExonConfig:
     #: leaves as BATCHes instead of one message per hand-off; a message sent after a quiet
     #: spell (a request, a reply) still leaves at once. 0 hands every message off at once.
     cork_s: float = 0.00005
+    #: New tokens leave at the congestion controller's pacing rate (BBR's pacing: a window
+    #: spread over the round trip, not sent in one burst) on paths whose least round trip
+    #: is 1 ms or more; ``False`` sends each window as fast as it opens.
+    pacing: bool = True
     #: A send record with nothing queued or in flight for this long releases and is discarded.
     idle_release_s: float = 1.0
     #: A receive record with no traffic for this long probes its sender (or is discarded if empty).

@@ -29,12 +29,27 @@ argument and the constants are in ``docs/exon-wire.md`` ("Loss recovery"):
   loses more than 15 % of what it sent, while the smoothed loss rate over rounds is above 15 %
   too, halves the rate estimate (congestion beyond what a lossy link explains); three probe
   timeouts in a row collapse it to the minimum.
+- **Pacing**, BBR's: new tokens leave at a pacing rate, gain x the delivery-rate estimate, and
+  the window is only a cap; without it a window leaves in one burst, and a shallow queue at a
+  bottleneck drops most of it. The gain is 2.89 while the delivery rate still grows by a
+  quarter a round (startup, as a slow start; the model's first rate is the window over the
+  smoothed RTT), 1/2.89 for the rounds that drain the queue startup built, then a cycle of
+  one round each of 1.25 (probe for more), 0.75 (drain what the probe queued) and six of 1.
+  A token bucket holds up to a quantum (1 ms at the pacing rate, or 4 datagrams), so bursts
+  that small leave at once and a late timer loses nothing. Not paced: ACKs and control
+  frames, retransmissions, anything before an RTT sample, and paths whose least RTT is below
+  the quantum (there a whole window fits in one quantum: pacing would only add wake-ups). A
+  round in which the sender ran out of queued tokens is application-limited: its delivery
+  rate only raises the estimate, and the estimate does not decay (BBR's rule: a quiet
+  application must not make a later burst crawl at the rate it used).
 
 One :class:`PathRecovery` per peer outlives the peer's send records (a new record starts from
 the RTT and window measured before, not from the initial guesses).
 """
 
 from __future__ import annotations
+
+INF = float("inf")
 
 #: Timer granularity: the smallest variance term of a probe timeout (RFC 9002: 1 ms).
 GRANULARITY_S = 0.001
@@ -76,6 +91,33 @@ CWND_GAIN = 2.0
 ACK_EPOCH_RESET_BYTES = 1 << 20
 #: A round trip that loses more than this share of what it sent is taken as congestion.
 LOSS_TOLERANCE = 0.15
+#: Pacing gains (BBR's): startup (2 / ln 2, the least that doubles the delivery rate each
+#: round), drain (its inverse), and the cruise cycle, one round each (probe, drain, cruise).
+STARTUP_GAIN = 2.885
+DRAIN_GAIN = 1 / STARTUP_GAIN
+CYCLE_GAINS = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+#: Startup ends after this many rounds in a row without the delivery rate growing by a
+#: quarter (the pipe is full).
+FULL_BW_GROWTH = 1.25
+FULL_BW_ROUNDS = 3
+#: The pacer's bucket: this much time at the pacing rate, or this many datagrams if more,
+#: leaves at once (Linux's fq and BBR allow ~1 ms bursts); a path whose least RTT is below
+#: the time is not paced at all.
+PACING_QUANTUM_S = 0.001
+PACING_QUANTUM_DATAGRAMS = 4
+#: With pacing, the bandwidth estimate is the largest delivery rate of this many rounds (BBR's
+#: windowed maximum, longer than the gain cycle: the probe round's rate holds through it);
+#: without, it decays by BW_DECAY a round. A decay as fast as the path's random loss (5 % a
+#: round) took the estimate, and the pacing rate with it, down by a quarter between probes.
+BW_WINDOW_ROUNDS = 10
+#: Paced, heavy loss is taken as congestion only while the smoothed RTT is this many least
+#: RTTs or more (a queue standing at the bottleneck): without one it is the link's.
+QUEUED_RTT = 1.125
+#: A sender that came back too late for its paced tokens makes the lost time up at this
+#: gain (pace_allowance).
+CATCH_UP_GAIN = 1.25
+#: Phases of the pacing gain.
+STARTUP, DRAIN, CRUISE = 0, 1, 2
 
 
 class PathRecovery:
@@ -94,10 +136,13 @@ class PathRecovery:
         "mds", "cwnd", "min_window", "inflight", "bw", "round_start", "round_acked",
         "round_lost", "loss_rate", "congestion_events", "cwnd_tokens", "token_bytes",
         "epoch_start", "epoch_acked", "extra_acked",
+        "pacing_allowed", "pacing", "pacing_rate", "pace_at", "pace_burst_s", "phase", "cycle",
+        "full_bw", "full_bw_rounds", "app_limited", "bw_samples", "sent", "round_sent",
+        "send_rate", "pace_late_s", "pace_wake_at", "pace_owed_s",
     )
 
     def __init__(self, initial_pto: float, peer_ack_delay: float, backoff_cap: float,
-                 mds: int) -> None:
+                 mds: int, pacing: bool = True) -> None:
         self.srtt = 0.0
         self.rttvar = 0.0
         self.min_rtt = float("inf")
@@ -137,6 +182,33 @@ class PathRecovery:
         self.epoch_start = 0.0
         self.epoch_acked = 0
         self.extra_acked = 0.0
+        #: Pacing: allowed (the config's choice); on for this path (allowed, and its least
+        #: RTT a quantum or more: the rate-based model's rules apply only then, elsewhere
+        #: the window works as it did); the rate in bytes/s (0: not paced now); and the
+        #: bucket as the time its debt is paid: a token may leave while ``pace_at <= now``;
+        #: each one moves it on by its bytes over the rate, from no earlier than
+        #: ``now - pace_burst_s`` (a full bucket).
+        self.pacing_allowed = pacing
+        self.pacing = False
+        self.pacing_rate = 0.0
+        self.pace_at = 0.0
+        self.pace_burst_s = PACING_QUANTUM_S
+        self.pace_late_s = 0.0  # time the bucket overflowed while tokens waited (diagnostics)
+        self.pace_wake_at = 0.0  # the wake-up asked for while tokens wait (0: none)
+        self.pace_owed_s = 0.0  # time the path went unused that the pacer makes up
+        self.phase = STARTUP
+        self.cycle = 0
+        self.full_bw = 0.0  # startup: the rate the next rounds must beat by a quarter
+        self.full_bw_rounds = 0
+        #: The sender ran out of queued tokens this round (set by the sender).
+        self.app_limited = False
+        #: With pacing: the delivery rates of the last BW_WINDOW_ROUNDS rounds that count;
+        #: bytes sent so far (new tokens and fast retransmissions), at the round's start,
+        #: and the send rate of the last round.
+        self.bw_samples: list[float] = []
+        self.sent = 0
+        self.round_sent = 0
+        self.send_rate = 0.0
         self._update_pto()
 
     # ------------------------------------------------------------------ RTT and timeouts
@@ -170,6 +242,9 @@ class PathRecovery:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
             self.srtt = 0.875 * self.srtt + 0.125 * sample
         self._update_pto()
+        if self.pacing_allowed:
+            self.pacing = self.min_rtt >= PACING_QUANTUM_S
+            self._set_pacing_rate()
 
     def set_peer_ack_delay(self, delay: float) -> None:
         if delay != self.peer_ack_delay:
@@ -190,10 +265,16 @@ class PathRecovery:
             self.cwnd = self.min_window
             self.cwnd_tokens = 0
             self.bw = 0.0  # the model starts again from the minimum window
+            self.bw_samples.clear()
             self.extra_acked = 0.0
             self.round_start = -1.0
             self.round_acked = self.round_lost = 0
             self.congestion_events += 1
+            self.phase = STARTUP
+            self.full_bw = 0.0
+            self.full_bw_rounds = 0
+            if self.pacing:
+                self._set_pacing_rate()
             return True
         return False
 
@@ -265,25 +346,162 @@ class PathRecovery:
 
     def _end_round(self, span: float, now: float) -> None:
         """A round trip of acknowledgements: take a delivery-rate sample, answer heavy loss,
-        and size the window from the model."""
+        size the window from the model, and move the pacing gain on."""
         rate = self.round_acked / span
-        decayed = self.bw * BW_DECAY
-        self.bw = rate if rate > decayed else decayed
+        pacing = self.pacing
+        app_limited = pacing and self.app_limited
+        if not pacing:
+            decayed = self.bw * BW_DECAY
+            self.bw = rate if rate > decayed else decayed
+        else:
+            # Never more than was sent a round before (what these ACKs answer): ACKs that
+            # come in bursts (a receiver's turn, a sender's thread busy) carry more than a
+            # round's worth into one round (BBR bounds its rate samples by the send interval
+            # the same way); paced above the path's rate, a standing queue builds at the
+            # bottleneck.
+            bound = self.send_rate
+            self.send_rate = (self.sent - self.round_sent) / span
+            self.round_sent = self.sent
+            if rate > bound > 0:
+                rate = bound
+            if not app_limited or rate > self.bw:
+                # (an application-limited round only raises the estimate: BBR's rule)
+                samples = self.bw_samples
+                samples.append(rate)
+                if len(samples) > BW_WINDOW_ROUNDS:
+                    del samples[0]
+                self.bw = max(samples)
         self.extra_acked *= BW_DECAY
         lost, acked = self.round_lost, self.round_acked
         self.loss_rate += 0.125 * (lost / (lost + acked) - self.loss_rate)
-        if self.loss_rate > LOSS_TOLERANCE and lost > LOSS_TOLERANCE * (lost + acked):
+        heavy = lost > LOSS_TOLERANCE * (lost + acked)
+        if (self.loss_rate > LOSS_TOLERANCE and heavy
+                and (not pacing or self.srtt > QUEUED_RTT * self.min_rtt)):
             # More loss, over several rounds, than a lossy link explains: the path is
-            # congested. Halve the rate the window is sized from, and measure again.
+            # congested. Halve the rate the window is sized from, and measure again. (Paced,
+            # only with a queue standing: at the pacing rate a path with no queue loses what
+            # its link loses, and the estimate would not grow back between probes.)
             self.bw *= 0.5
+            if pacing:
+                self.bw_samples[:] = [self.bw]
+                if self.phase == STARTUP:
+                    self.phase = DRAIN  # startup found the limit
             self.loss_rate = 0.0
             self.congestion_events += 1
         self.round_start = now
         self.round_acked = self.round_lost = 0
+        self.app_limited = False
         if self.bw > 0 and self.min_rtt != float("inf"):
             self.cwnd = max(self.min_window,
                             int(CWND_GAIN * self.bw * self.min_rtt + self.extra_acked))
             self.cwnd_tokens = int(self.cwnd / self.token_bytes)
+        if pacing:
+            self._next_phase(app_limited, heavy)
+            self._set_pacing_rate()
+
+    # ------------------------------------------------------------------ pacing
+
+    def _next_phase(self, app_limited: bool, heavy_loss: bool) -> None:
+        """At the end of a round: startup ends when the pipe is full: the rate stopped
+        growing for FULL_BW_ROUNDS rounds (not limited by the application), or for one round
+        that lost more than LOSS_TOLERANCE (a shallow queue overflowing: each more round at
+        2.89x would drop most of what it sent; loss alone does not end it, a lossy link must
+        not stop the search while the rate still grows); drain ends once what is in flight
+        fits the path's bandwidth-delay product; the cruise cycle moves on a round."""
+        if self.phase == STARTUP:
+            if self.bw >= FULL_BW_GROWTH * self.full_bw:
+                self.full_bw = self.bw  # (growth counts even in an application-limited round)
+                self.full_bw_rounds = 0
+            elif heavy_loss:
+                self.phase = DRAIN
+            elif not app_limited:
+                self.full_bw_rounds += 1
+                if self.full_bw_rounds >= FULL_BW_ROUNDS:
+                    self.phase = DRAIN
+        if self.phase == DRAIN:
+            if self.inflight <= self.bw * self.min_rtt:
+                self.phase = CRUISE
+                self.cycle = 2  # (cruise first: the drain just emptied the queue)
+        elif self.phase == CRUISE:
+            self.cycle = (self.cycle + 1) % len(CYCLE_GAINS)
+
+    def _set_pacing_rate(self) -> None:
+        """The pacing rate from the model and the phase (0: not paced)."""
+        if not self.pacing:
+            rate = 0.0  # no RTT yet, or a path whose whole window fits in one quantum
+        else:
+            phase = self.phase
+            gain = (STARTUP_GAIN if phase == STARTUP else DRAIN_GAIN if phase == DRAIN
+                    else CYCLE_GAINS[self.cycle])
+            rate = gain * self.bw
+            if phase == STARTUP:
+                # At least the window per smoothed RTT: the rate estimate lags a round (it
+                # is measured as the ACKs come back), and startup must grow as fast as the
+                # window does: the window is spread over the round trip, not held back.
+                floor = self.cwnd / self.srtt
+                if floor > rate:
+                    rate = floor
+            floor = self.min_window / self.srtt  # never slower than the least window
+            if floor > rate:
+                rate = floor
+        if rate <= 0:
+            self.pacing_rate = 0.0
+            self.pace_at = 0.0  # nothing held back
+            return
+        self.pacing_rate = rate
+        burst = PACING_QUANTUM_DATAGRAMS * self.mds / rate
+        self.pace_burst_s = burst if burst > PACING_QUANTUM_S else PACING_QUANTUM_S
+
+    def pace_allowance(self, now: float, unit: int) -> float:
+        """Bytes of new tokens the pacer lets leave at ``now``: the whole datagrams (of
+        ``unit`` bytes of frames) its bucket holds, so that paced releases fill their
+        datagrams (0: wait until :meth:`pace_wake`); unbounded when not paced."""
+        rate = self.pacing_rate
+        if not rate:
+            return INF
+        floor = now - self.pace_burst_s
+        at = self.pace_at
+        if self.pace_wake_at:
+            self.pace_wake_at = 0.0
+            if at < floor:
+                # Tokens waited and the sender came back too late for them (its runtime's
+                # turns came milliseconds apart: a Python thread producing holds the
+                # interpreter, a loaded CPU): what overflowed the full bucket is time the
+                # path went unused. It is made up at CATCH_UP_GAIN x the rate (never more
+                # than a quantum at once), up to a quarter of a round trip of it: a
+                # standing queue a deep buffer takes, and a shallow one mostly too.
+                over = floor - at
+                self.pace_late_s += over
+                owed = self.pace_owed_s + over
+                cap = 0.25 * self.srtt
+                self.pace_owed_s = owed if owed < cap else cap
+        credit = (now - (at if at > floor else floor)) * rate
+        return credit - credit % unit if credit >= unit else 0.0
+
+    def paced(self, nbytes: int, now: float) -> None:
+        """``nbytes`` of new tokens left at ``now``: the bucket pays for them."""
+        rate = self.pacing_rate
+        if rate:
+            self.sent += nbytes
+            floor = now - self.pace_burst_s
+            at = self.pace_at
+            t = nbytes / rate
+            owed = self.pace_owed_s
+            if owed > 0:  # catching up (pace_allowance): the bucket pays 1/CATCH_UP_GAIN
+                saved = t * (1 - 1 / CATCH_UP_GAIN)
+                if saved > owed:
+                    saved = owed
+                self.pace_owed_s = owed - saved
+                t -= saved
+            self.pace_at = (at if at > floor else floor) + t
+
+    def pace_wake(self) -> float:
+        """When a sender the pacer held back comes back: once the bucket holds half a
+        quantum (a wake-up sends a few datagrams, not one; a timer late by up to half a
+        quantum, asyncio's millisecond, loses nothing)."""
+        t = self.pace_at + 0.5 * self.pace_burst_s
+        self.pace_wake_at = t
+        return t
 
     def on_lost(self, nbytes: int) -> None:
         """``nbytes`` of tokens were declared lost (they are sent again at once). Once
@@ -292,6 +510,9 @@ class PathRecovery:
         do not slow every later recovery for the life of the path; a path that still
         reorders shows it again with its next spurious retransmission."""
         self.round_lost += nbytes
+        self.sent += nbytes  # (sent again at once, unpaced: the next new tokens wait for it)
+        if self.pacing_rate:
+            self.pace_at += nbytes / self.pacing_rate
         if self.reorder_quarters:
             self.losses_since_spurious += 1
             if self.losses_since_spurious >= LOSSES_TO_NARROW:
@@ -308,4 +529,6 @@ class PathRecovery:
                 "reordering": self.packet_threshold != PACKET_THRESHOLD,
                 "time_threshold_quarters": self.reorder_quarters,
                 "loss_rate": self.loss_rate,
-                "congestion_events": self.congestion_events}
+                "congestion_events": self.congestion_events,
+                "pacing_Bps": self.pacing_rate, "pacing_phase": self.phase,
+                "pacing_late_s": self.pace_late_s}

@@ -131,14 +131,19 @@ class SenderPart(ProtocolState):
         rec.idle_since = None
         if size <= rec.max_single:
             path = rec.path
-            if not rec.queue and rec.env_lo < rec.sck and path.inflight < path.cwnd:
-                # Fast path: an envelope is in hand, the window has room: out at once.
+            if (not rec.queue and rec.env_lo < rec.sck and path.inflight < path.cwnd
+                    and path.pace_at <= now):
+                # Fast path: an envelope is in hand, the window and the pacer have room:
+                # out at once.
                 s = rec.env_lo
                 rec.env_lo = s + 1
                 frame = _TOKEN_PACK(_TOKEN, 0, s, rec.rck, size) + data
                 path.seq += 1
                 rec.tokens[s] = (frame, rec.rck, rid, now, 1, path.seq)
                 path.inflight += len(frame)
+                if path.pacing_rate:
+                    path.paced(len(frame), now)
+                path.app_limited = True  # nothing queued behind it
                 self._pending_total += 1
                 self._emit(dst, frame)
                 self.stats.tokens_sent += 1
@@ -166,7 +171,7 @@ class SenderPart(ProtocolState):
         if path is None:
             cfg = self.config
             path = PathRecovery(cfg.rto_initial_s, cfg.ack_delay_s, self._backoff_cap,
-                                self._limit(peer))
+                                self._limit(peer), cfg.pacing)
             if len(self._paths) >= MAX_PATHS + len(self._sr):  # (those with records stay)
                 for old in [p for p in self._paths if p not in self._sr][:MAX_PATHS // 4]:
                     del self._paths[old]
@@ -203,49 +208,60 @@ class SenderPart(ProtocolState):
         return None if path is None else path.snapshot()
 
     def _pump(self, rec: SendRecord, now: float) -> None:
-        """Bind queued pieces to envelopes while the congestion window has room, then keep
-        envelopes coming."""
+        """Bind queued pieces to envelopes while the congestion window and the pacer have
+        room, then keep envelopes coming. Held back by the pacer, the record's timer brings
+        it back when the pacer's bucket holds half a quantum."""
         queue = rec.queue
         path = rec.path
         if queue and rec.env_lo < rec.sck and path.inflight < path.cwnd:
-            tokens = rec.tokens
-            r = rec.rck
-            s = rec.env_lo
-            end = rec.sck
-            cwnd = path.cwnd
-            inflight = path.inflight
-            seq = path.seq
-            sent = 0
-            peer = rec.peer
-            out = self._out.get(peer)
-            if out is None:
-                out = self._out[peer] = []
-            emit = out.append
-            while queue and s < end and inflight < cwnd:
-                data, frag, meta = queue.popleft()
-                if frag is None:
-                    frame = _TOKEN_PACK(_TOKEN, 0, s, r, len(data)) + data
-                else:
-                    c = meta.chunk
-                    i = frag[0] * c
-                    data = meta.data[i:i + c]
-                    if not meta.bound:
-                        meta.r = r
-                    meta.bound += 1
-                    frame = (_TOKEN_PACK(_TOKEN, wire.FLAG_FRAGMENT, s, r, len(data))
-                             + _FRAG_PACK(*frag) + data)
-                seq += 1
-                tokens[s] = (frame, r, meta, now, 1, seq)
-                inflight += len(frame)
-                emit(frame)
-                s += 1
-                sent += 1
-            rec.env_lo = s
-            path.seq = seq
-            path.inflight = inflight
-            self.stats.tokens_sent += sent
-            rec.last_sent = now
-            self._schedule(rec, now + path.pto)
+            allowed = path.pace_allowance(now, rec.max_single + wire.TOKEN_OVERHEAD)
+            if allowed > 0:
+                tokens = rec.tokens
+                r = rec.rck
+                s = rec.env_lo
+                end = rec.sck
+                cwnd = path.cwnd
+                inflight = path.inflight
+                seq = path.seq
+                sent = 0
+                peer = rec.peer
+                out = self._out.get(peer)
+                if out is None:
+                    out = self._out[peer] = []
+                emit = out.append
+                while queue and s < end and inflight < cwnd and allowed > 0:
+                    data, frag, meta = queue.popleft()
+                    if frag is None:
+                        frame = _TOKEN_PACK(_TOKEN, 0, s, r, len(data)) + data
+                    else:
+                        c = meta.chunk
+                        i = frag[0] * c
+                        data = meta.data[i:i + c]
+                        if not meta.bound:
+                            meta.r = r
+                        meta.bound += 1
+                        frame = (_TOKEN_PACK(_TOKEN, wire.FLAG_FRAGMENT, s, r, len(data))
+                                 + _FRAG_PACK(*frag) + data)
+                    seq += 1
+                    tokens[s] = (frame, r, meta, now, 1, seq)
+                    inflight += len(frame)
+                    allowed -= len(frame)
+                    emit(frame)
+                    s += 1
+                    sent += 1
+                if path.pacing_rate:
+                    path.paced(inflight - path.inflight, now)
+                rec.env_lo = s
+                path.seq = seq
+                path.inflight = inflight
+                self.stats.tokens_sent += sent
+                rec.last_sent = now
+                self._schedule(rec, now + path.pto)
+            if queue and rec.env_lo < rec.sck and path.inflight < path.cwnd:
+                self.stats.pacer_holds += 1
+                self._schedule(rec, path.pace_wake())  # the pacer holds the rest back
+        if not queue:
+            path.app_limited = True  # the queue ran dry: the window had room to spare
         if not rec.req_out and (queue or rec.sck - rec.env_lo < (self.config.slots_ahead >> 1)):
             self._request_slots(rec, now)
 
@@ -539,6 +555,8 @@ class SenderPart(ProtocolState):
             rec.loss_time = INF  # (tokens may also leave by VOID, REVOKE or abandon)
         elif rec.loss_time <= now:
             self._detect_losses(rec, now)
+        if rec.queue:
+            self._pump(rec, now)  # what the pacer held back (or it sets its timer again)
         if tokens or rec.req_out:
             due = rec.last_sent + path.pto
             if now >= due:

@@ -102,6 +102,7 @@ class ExonStats:
     probe_copies: int = 0  # probes whose oldest frame went twice (the copy alone)
     probes_deferred: int = 0  # first-exchange probes and resends that waited for the pace
     congestion_events: int = 0  # window reductions (one per round at most)
+    pacer_holds: int = 0  # times the pacer held queued tokens back (till its timer or an ACK)
     reqslots_sent: int = 0
     reqslots_retransmits: int = 0
     slot_stalls: int = 0  # grants that found the sender out of envelopes with pieces queued

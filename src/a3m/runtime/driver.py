@@ -443,11 +443,13 @@ class Driver:
         """Under the lock: send what the protocol has now, from the calling thread, when the
         I/O thread sleeps (a lone request leaves at once instead of after a thread hand-off;
         under load the I/O thread is awake and batches instead). Wakes the I/O thread only
-        if the protocol now has an earlier deadline than the one it sleeps until."""
+        if the protocol now has an earlier deadline than the one it sleeps until: a send
+        the pacer held back leaves no output but sets one (its release)."""
         proto = self.proto
-        if not self._sleeping or not proto.has_output():
-            return  # a turn is under way (it sends), or nothing to send: no new deadline
-        self._send_now()
+        if not self._sleeping:
+            return  # a turn is under way: it sends, and sleeps until the next deadline
+        if proto.has_output():
+            self._send_now()
         # self.wake_by(self._deadline()), inline; the layer above's deadline is asked only
         # when Exon's is not earlier than the sleeper's already.
         until = self._io_until

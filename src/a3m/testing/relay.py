@@ -3,7 +3,8 @@
 Real sockets, seeded faults. For each target node the relay opens a *front* address that
 others use instead of the target's own; for each client address and target, a *back* socket
 that stands for that client toward that target. Every datagram crossing the relay, either way,
-may be lost, duplicated or held back (reordered) according to the probabilities given::
+may be lost, duplicated or held back (reordered) according to the probabilities given, and
+every one may be held a fixed ``delay_s`` (a path's one-way delay)::
 
     relay = FaultRelay({"beta": beta.address}, loss=0.2, dup=0.1, reorder=0.2, seed=7)
     alpha.associate("beta", relay.front("beta"))
@@ -40,16 +41,18 @@ class RelayStats:
 
 class FaultRelay:
     """Forward UDP datagrams between clients and targets with seeded loss, duplication and
-    reordering (a held-back datagram waits ``reorder_delay_s`` at most, random)."""
+    reordering (a held-back datagram waits ``reorder_delay_s`` at most, random), each after
+    ``delay_s``."""
 
     def __init__(self, targets: Mapping[str, Addr], *, loss: float = 0.0, dup: float = 0.0,
                  reorder: float = 0.0, reorder_delay_s: float = 0.02, seed: int = 0,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", delay_s: float = 0.0) -> None:
         for name, p in (("loss", loss), ("dup", dup), ("reorder", reorder)):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be a probability, got {p}")
         self.loss, self.dup, self.reorder = loss, dup, reorder
         self.reorder_delay_s = reorder_delay_s
+        self.delay_s = delay_s
         self.stats = RelayStats()
         self._rng = random.Random(seed)
         self._host = host
@@ -121,10 +124,12 @@ class FaultRelay:
         if copies == 2:
             st.duplicated += 1
         for _ in range(copies):
+            delay = self.delay_s
             if rng.random() < self.reorder:
                 st.reordered += 1
+                delay += rng.random() * self.reorder_delay_s
+            if delay > 0:
                 self._seq += 1
-                delay = rng.random() * self.reorder_delay_s
                 heapq.heappush(self._held, (now + delay, self._seq, out, data, dst))
             else:
                 self._send(out, data, dst)

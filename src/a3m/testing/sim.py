@@ -8,10 +8,12 @@ every event, so a seed replays exactly. Hosts are any objects with the Exon driv
 
 Addresses are strings (``"alpha@1"``); a host can move to a new address mid-run. The network
 model (per direction, or a default) has loss, duplication, reordering (extra random delay),
-base delay and jitter, a bounded in-flight queue, and partitions that heal at a given time.
-A host may be given a :class:`HostCpu`: then its work takes virtual time (per datagram read
-and sent), what arrives while it is busy waits in a bounded socket queue, and what finds the
-queue full is dropped, as a kernel drops what a busy process does not read in time.
+base delay and jitter, a bottleneck (a rate and a tail-drop queue of so many seconds of
+transmission, as the TUN emulator's ``a3m.testing.netem``), a bounded in-flight queue, and
+partitions that heal at a given time. A host may be given a :class:`HostCpu`: then its work
+takes virtual time (per datagram read and sent), what arrives while it is busy waits in a
+bounded socket queue, and what finds the queue full is dropped, as a kernel drops what a busy
+process does not read in time.
 
 Replay a failing seed with the environment variable ``A3M_SIM_SEED``.
 """
@@ -44,6 +46,11 @@ class LinkModel:
     reorder_delay_s: float = 0.05
     delay_s: float = 0.001
     jitter_s: float = 0.0005
+    #: A bottleneck: datagrams leave one after the other at this many bytes per second (0:
+    #: none), after waiting in a queue that holds ``queue_s`` of transmission; a datagram that
+    #: finds it full is dropped (counted ``queue_drops``).
+    rate_bytes_s: float = 0.0
+    queue_s: float = 0.0
 
     def scaled(self, **changes: float) -> LinkModel:
         return replace(self, **changes)
@@ -70,6 +77,7 @@ class SimStats:
     partitioned: int = 0
     misaddressed: int = 0
     overflow: int = 0
+    queue_drops: int = 0
     timers: int = 0
     steps: int = 0
 
@@ -116,6 +124,7 @@ class Network:
         self._queue: list[_Event] = []
         self._seq = 0
         self._timer_at: dict[str, float] = {}
+        self._link_free: dict[tuple[str, str], float] = {}  # a bottleneck's next idle time
         self._partitions: list[_Partition] = []
         self.max_in_flight = max_in_flight
         self.in_flight = 0
@@ -230,13 +239,23 @@ class Network:
             if rng.random() < model.loss:
                 st.lost += 1
                 continue
+            base = model.delay_s
+            if model.rate_bytes_s:
+                key = (name, dst or "")
+                start = max(self.now, self._link_free.get(key, 0.0))
+                if start - self.now > model.queue_s:
+                    st.queue_drops += 1
+                    continue
+                free = start + len(data) / model.rate_bytes_s
+                self._link_free[key] = free
+                base += free - self.now  # queued, then transmitted
             copies = 2 if rng.random() < model.dup else 1
             st.duplicated += copies - 1
             for _ in range(copies):
                 if self.in_flight >= self.max_in_flight:
                     st.overflow += 1
                     continue
-                delay = model.delay_s + rng.random() * model.jitter_s
+                delay = base + rng.random() * model.jitter_s
                 if rng.random() < model.reorder:
                     st.reordered += 1
                     delay += rng.random() * model.reorder_delay_s
