@@ -381,11 +381,17 @@ class PathRecovery:
             # congested. Halve the rate the window is sized from, and measure again. (Paced,
             # only with a queue standing: at the pacing rate a path with no queue loses what
             # its link loses, and the estimate would not grow back between probes.)
-            self.bw *= 0.5
-            if pacing:
-                self.bw_samples[:] = [self.bw]
-                if self.phase == STARTUP:
-                    self.phase = DRAIN  # startup found the limit
+            if pacing and self.phase <= DRAIN:
+                # Startup found the limit: its rate samples are the bottleneck's (bounded
+                # by what was delivered), the queue is its own 2.89x gain's, which drain
+                # empties; the losses drain's rounds declare are still startup's overshoot.
+                # Halving as well left the estimate at half the path's for some 30 rounds
+                # (BBR: loss ends startup, it does not cut the estimate).
+                self.phase = DRAIN
+            else:
+                self.bw *= 0.5
+                if pacing:
+                    self.bw_samples[:] = [self.bw]
             self.loss_rate = 0.0
             self.congestion_events += 1
         self.round_start = now
