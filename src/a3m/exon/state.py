@@ -202,6 +202,10 @@ class ProtocolState:
         self._addr: dict[str, Address] = {}
         self._headers: dict[str, bytes] = {}
         self._src_cache: dict[bytes, str] = {}
+        #: The header of the last datagram read whose source was decoded, and that source:
+        #: the next datagram that starts with the same bytes comes from it (a stream's do).
+        self._rx_hdr = b""
+        self._rx_src = ""
         self._out: dict[str, list[bytes]] = {}
         self._acks: dict[str, dict[int, list[int]]] = {}
         #: Send records acknowledged by the datagram being read, with the largest

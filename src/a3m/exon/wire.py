@@ -56,6 +56,8 @@ REQSLOTS_S: Final = struct.Struct(">BQIQB")  # type, s, n, l, copy (1..255; 0: n
 SLOTS_S: Final = struct.Struct(">BQQIIB")
 TOKEN_S: Final = struct.Struct(">BBQQH")  # type, flags, s, r, payload length
 FRAG_S: Final = struct.Struct(">III")  # fragment index, fragment count, message length
+#: A fragment's TOKEN and its fragment fields, packed and read at once.
+TOKEN_FRAG_S: Final = struct.Struct(">BBQQHIII")
 ACK_S: Final = struct.Struct(">BBQH")  # type, flags, r, number of ranges
 COUNT_S: Final = struct.Struct(">H")  # (flag ACK_ARRIVALS) number of copy ranges
 RANGE_S: Final = struct.Struct(">QI")  # first slot, count
@@ -229,18 +231,22 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
         while offset < n:
             kind = data[offset]
             if kind == TOKEN:
-                _, flags, s, r, length = TOKEN_S.unpack_from(data, offset)
-                offset += TOKEN_S.size
+                if n - offset >= TOKEN_FRAG_S.size and data[offset + 1] & FLAG_FRAGMENT:
+                    _, flags, s, r, length, index, count, total = TOKEN_FRAG_S.unpack_from(
+                        data, offset)
+                    offset += TOKEN_FRAG_S.size
+                else:
+                    _, flags, s, r, length = TOKEN_S.unpack_from(data, offset)
+                    offset += TOKEN_S.size
+                    if flags & FLAG_FRAGMENT and not flags & ~TOKEN_FLAGS:
+                        raise WireError("truncated", "fragment fields cut short")
+                    index, count, total = 0, 1, length
                 if flags & ~TOKEN_FLAGS:
                     raise WireError("malformed", f"unknown token flags {flags:#x}")
-                if flags & FLAG_FRAGMENT:
-                    index, count, total = FRAG_S.unpack_from(data, offset)
-                    offset += FRAG_S.size
-                    if not (index < count and 2 <= count <= total <= max_message_size
-                            and length <= total):
-                        raise WireError("malformed", "inconsistent fragment fields")
-                else:
-                    index, count, total = 0, 1, length
+                if flags & FLAG_FRAGMENT and not (
+                        index < count and 2 <= count <= total <= max_message_size
+                        and length <= total):
+                    raise WireError("malformed", "inconsistent fragment fields")
                 end = offset + length
                 if end > n:
                     raise WireError("truncated", "token payload cut short")

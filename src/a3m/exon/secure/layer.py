@@ -19,13 +19,11 @@ from cryptography.exceptions import InvalidTag
 
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S
-from a3m.exon.secure.replay import WINDOW as REPLAY_WINDOW
 from a3m.exon.secure.responder import ResponderPart
 from a3m.exon.secure.session import INF, Session
 from a3m.exon.secure.state import (
     _DATA,
     _NONCE,
-    _REPLAY_MASK,
     _SEALED_PACK,
     _SEALED_UNPACK,
     _VERSION,
@@ -66,25 +64,18 @@ class SecureLayer(ResponderPart):
             if s is None:
                 st.unknown_session += 1
                 return None
-            # The replay window (replay.py), inlined: checked before the tag, marked after.
+            # The replay window (replay.py): checked before the tag, marked after.
             replay = s.replay
-            top = replay.top
-            newest = counter > top
-            if not newest:
-                off = top - counter
-                if off >= REPLAY_WINDOW or (replay.bits >> off) & 1:
-                    st.replayed += 1
-                    return None
+            newest = counter > replay.top
+            if not newest and not replay.fresh(counter):
+                st.replayed += 1
+                return None
             try:
                 pt = s.open.decrypt(_NONCE(counter), data[14:], data[:14])
             except InvalidTag:
                 st.forged += 1
                 return None
-            if newest:
-                replay.bits = ((replay.bits << (counter - top)) | 1) & _REPLAY_MASK
-                replay.top = counter
-            else:
-                replay.bits |= 1 << off
+            replay.accept(counter)
             s.last_recv = now
             s.unanswered = 0
             if not s.confirmed:

@@ -25,7 +25,6 @@ from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
 from a3m.exon.secure.keys import NodeKey
 from a3m.exon.secure.noise import SymmetricState
-from a3m.exon.secure.replay import WINDOW as REPLAY_WINDOW
 from a3m.exon.secure.session import INF, Session
 from a3m.exon.secure.trust import TrustStore
 
@@ -92,7 +91,6 @@ _SEALED_PACK = p.SEALED_HDR.pack
 _SEALED_UNPACK = p.SEALED_HDR.unpack_from
 _VERSION = p.VERSION
 _DATA = p.DATA
-_REPLAY_MASK = (1 << REPLAY_WINDOW) - 1
 
 
 
