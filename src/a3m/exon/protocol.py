@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import struct
+from typing import Final
 
 from a3m.errors import UsageError
 from a3m.exon import wire
@@ -46,7 +47,7 @@ from a3m.exon.state import (
 
 __all__ = ["ExonProtocol", "ExonStats"]
 
-_INDEX = struct.Struct(">I").unpack_from
+_INDEX: Final = struct.Struct(">I").unpack_from
 
 
 class ExonProtocol(LivenessPart):
@@ -150,23 +151,26 @@ class ExonProtocol(LivenessPart):
         st.bytes_in += len(data)
         sec = self._sec
         peer = None
+        buf: bytes  # (typed: the compiled build slices and compares it natively)
         if sec is not None:
             opened = sec.open(data, addr, now)
             if opened is None:
                 return
-            data, peer = opened
+            buf, peer = opened
         elif len(data) > 1 and data[1] != wire.PLAIN:
             st.secure_refused += 1
             return
+        else:
+            buf = data if isinstance(data, bytes) else bytes(data)
         hdr = self._rx_hdr
-        if hdr and isinstance(data, bytes) and data.startswith(hdr):
+        if hdr and buf.startswith(hdr):
             # The header of the last datagram read (a stream's datagrams all carry the same):
             # its source is known, nothing to decode.
             src = self._rx_src
             offset = len(hdr)
         else:
             try:
-                src_b, dst_b, offset = wire.decode_header(data)
+                src_b, dst_b, offset = wire.decode_header(buf)
             except wire.WireError as exc:
                 self._count_error(exc)
                 return
@@ -187,12 +191,12 @@ class ExonProtocol(LivenessPart):
             if src == self.id:
                 st.from_self += 1
                 return
-            self._rx_hdr = bytes(data[:offset])
+            self._rx_hdr = buf[:offset]
             self._rx_src = src
         if peer is not None and src != peer:
             st.spoofed += 1  # sealed by one peer, naming another as its source
             return
-        frames, error = wire.decode_frames(data, offset, self.config.max_message_size)
+        frames, error = wire.decode_frames(buf, offset, self.config.max_message_size)
         if error is not None:
             self._count_error(error)
         if not frames:
@@ -341,25 +345,25 @@ class ExonProtocol(LivenessPart):
             limit = self._limit(peer)
             if sec is not None:
                 limit -= SEALED_OVERHEAD
-                start = len(result)
             hdr = self._header(peer)
             st.frames_out += len(frames)
+            plains: list[bytes] = []
             buf = [hdr]
             size = len(hdr)
             for f in frames:
                 lf = len(f)
                 if size + lf > limit and len(buf) > 1:
-                    result.append((b"".join(buf), addr))
+                    plains.append(b"".join(buf))
                     buf = [hdr]
                     size = len(hdr)
                 buf.append(f)
                 size += lf
-            result.append((b"".join(buf), addr))
-            if sec is not None:
-                plains = result[start:]
-                del result[start:]
-                for d, _ in plains:
-                    sec.seal(peer, d, addr, now, result)
+            plains.append(b"".join(buf))
+            if sec is None:
+                for d in plains:
+                    result.append((d, addr))
+            else:
+                sec.seal_many(peer, plains, addr, now, result)
         self._out.clear()
         if self._solo:
             for peer, frame in self._solo:

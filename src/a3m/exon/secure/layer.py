@@ -14,6 +14,7 @@ timers); the rest is in parts (``state.py`` says how they stack): ``paths.py`` (
 from __future__ import annotations
 
 import heapq
+from typing import Final
 
 from cryptography.exceptions import InvalidTag
 
@@ -36,6 +37,9 @@ from a3m.exon.secure.state import (
     Initiation,
 )
 
+#: The sealed header's size: it is the AEAD's associated data, the ciphertext follows it.
+_HDR: Final = p.SEALED_HDR.size
+
 
 class SecureLayer(ResponderPart):
     """Sessions with peers, the handshakes that make them, and the paths they use.
@@ -50,16 +54,20 @@ class SecureLayer(ResponderPart):
              ) -> tuple[bytes, str] | None:
         """The Exon datagram ``data`` carried and its authenticated sender, or None."""
         st = self.stats
-        n = len(data)
-        if n < 2 or data[0] != p.VERSION:
+        # Bytes, and typed fields: the compiled build then indexes and slices natively.
+        buf = data if isinstance(data, bytes) else bytes(data)
+        n = len(buf)
+        if n < 2 or buf[0] != _VERSION:
             st.malformed += 1
             return None
-        kind = data[1]
-        if kind == p.DATA or kind == p.CHALLENGE or kind == p.RESPONSE:
+        kind = buf[1]
+        if kind == _DATA or kind == p.CHALLENGE or kind == p.RESPONSE:
             if n < p.SEALED_OVERHEAD:
                 st.truncated += 1
                 return None
-            _, _, index, counter = _SEALED_UNPACK(data)
+            index: int
+            counter: int
+            _, _, index, counter = _SEALED_UNPACK(buf)
             s = self._by_index.get(index)
             if s is None:
                 st.unknown_session += 1
@@ -71,7 +79,7 @@ class SecureLayer(ResponderPart):
                 st.replayed += 1
                 return None
             try:
-                pt = s.open.decrypt(_NONCE(counter), data[14:], data[:14])
+                pt = s.open.decrypt(_NONCE(counter), buf[_HDR:], buf[:_HDR])
             except InvalidTag:
                 st.forged += 1
                 return None
@@ -85,7 +93,7 @@ class SecureLayer(ResponderPart):
                 self._moved(s, addr, newest, n, now)
             elif s.candidate is not None and newest:
                 s.candidate = None  # the peer is back where it was proven to be
-            if kind == p.DATA:
+            if kind == _DATA:
                 if not pt:
                     return None  # a keepalive
                 return pt, s.peer
@@ -151,6 +159,34 @@ class SecureLayer(ResponderPart):
         while len(q) > MAX_QUEUED or (init.queued_bytes > MAX_QUEUED_BYTES and len(q) > 1):
             init.queued_bytes -= len(q.popleft())
             self.stats.sealed_dropped += 1
+
+    def seal_many(self, peer: str, plains: list[bytes], addr: Address, now: float,
+                  out: list[tuple[bytes, Address]]) -> None:
+        """:meth:`seal` each of ``plains`` (Exon datagrams for ``peer``, in order) into
+        ``out``: the session is looked up, and its rules checked, once for all of them."""
+        s = self._current.get(peer)
+        if s is None or now >= s.reject_at or s.candidate is not None or len(plains) < 2:
+            for plain in plains:
+                self.seal(peer, plain, addr, now, out)
+            return
+        # The rules of seal, once: the count of unanswered datagrams only grows here, so the
+        # last datagram's check is the one that holds if any does.
+        s.unanswered += len(plains)
+        if ((s.initiator and now >= s.rekey_at)
+                or (s.unanswered > UNANSWERED_REHANDSHAKE
+                    and now - s.last_recv > max(SILENCE_REHANDSHAKE_S, 4 * s.rtt))
+                ) and peer not in self._pending:
+            self._initiate(peer, addr, now)
+        encrypt = s.seal.encrypt
+        index = s.remote_index
+        dest = s.addr
+        counter = s.counter
+        for plain in plains:
+            hdr = _SEALED_PACK(_VERSION, _DATA, index, counter)
+            out.append((hdr + encrypt(_NONCE(counter), plain, hdr), dest))
+            counter += 1
+        s.counter = counter
+        s.last_sent = now
 
     # ------------------------------------------------------------------ timers
 

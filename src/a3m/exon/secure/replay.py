@@ -7,10 +7,12 @@ highest counter, cost three operations on a 4096-bit number per datagram, 0.3-0.
 
 from __future__ import annotations
 
+from typing import Final
+
 #: Counters this far below the highest seen are refused as too old.
-WINDOW = 4096
+WINDOW: Final = 4096
 #: Bytes in the ring: the window and the partly filled byte of the highest counter.
-_BYTES = WINDOW // 8 + 1
+_BYTES: Final = WINDOW // 8 + 1
 
 
 class ReplayWindow:

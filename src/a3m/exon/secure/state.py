@@ -17,7 +17,7 @@ import heapq
 import struct
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Final
 
 from a3m.exon.events import Event, PeerRestarted
 from a3m.exon.recovery import UNSAMPLED_STEADY_PTOS
@@ -39,8 +39,8 @@ HANDSHAKE_GIVE_UP_S = COOKIE_LIFETIME_S
 #: A session on which we sent UNANSWERED_REHANDSHAKE datagrams without hearing anything under
 #: it for this long (or 4 handshake round trips, if longer) gets a new handshake: the peer may
 #: have restarted and forgotten it (its datagrams would be refused).
-SILENCE_REHANDSHAKE_S = 1.0
-UNANSWERED_REHANDSHAKE = 4
+SILENCE_REHANDSHAKE_S: Final = 1.0
+UNANSWERED_REHANDSHAKE: Final = 4
 #: Before a round trip to the peer is known, HELLO and INITIATE are resent every
 #: ``timeout_s`` this many times before the interval doubles, as Exon's probes before an RTT
 #: sample (recovery.UNSAMPLED_STEADY_PTOS): a handshake needs two datagrams through in one
@@ -86,11 +86,12 @@ PROVEN_RATE = 2000.0
 #: full again) are forgotten, and all of them if that is not enough.
 MAX_SOURCES = 4096
 
-_NONCE = struct.Struct(">4xQ").pack
-_SEALED_PACK = p.SEALED_HDR.pack
-_SEALED_UNPACK = p.SEALED_HDR.unpack_from
-_VERSION = p.VERSION
-_DATA = p.DATA
+# Final: the compiled build reads these as C constants, not from the module's dict at each use.
+_NONCE: Final = struct.Struct(">4xQ").pack
+_SEALED_PACK: Final = p.SEALED_HDR.pack
+_SEALED_UNPACK: Final = p.SEALED_HDR.unpack_from
+_VERSION: Final = p.VERSION
+_DATA: Final = p.DATA
 
 
 
