@@ -132,6 +132,7 @@ class WorkCounter:
         self._at = count()
 
     def start(self) -> None:
+        self._at = 0  # what ran since the last stop() is not this counter's
         threading.setprofile(self._prof)
         sys.setprofile(self._prof)
 

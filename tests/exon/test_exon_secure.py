@@ -17,7 +17,7 @@ from a3m.exon import ExonConfig, wire
 from a3m.exon.events import KeyRefused
 from a3m.exon.secure import NodeKey, TrustStore, packets
 from a3m.exon.secure import handshake as hs
-from a3m.exon.secure.replay import WINDOW
+from a3m.exon.secure.replay import WINDOW, ReplayWindow
 
 from .secure_net import SecureNet
 
@@ -320,6 +320,27 @@ def test_the_replay_window() -> None:
     assert deliver(10_000)
     assert not deliver(10_000 - WINDOW) and deliver(10_000 - WINDOW + 1)
     assert not deliver(10_000 - WINDOW + 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3 * WINDOW)), max_size=300))
+def test_the_replay_ring_agrees_with_a_set_of_every_counter(
+        steps: list[tuple[int, int]]) -> None:
+    """The ring of bytes (replay.py) says what a set of every counter accepted and the
+    window's rule say, over jumps up (a word, a ring's length, more) and counters below."""
+    ring, seen, top, c = ReplayWindow(), set(), -1, 0
+    for kind, x in steps:
+        # a step up (small, past a byte, past the ring), or a look below the highest
+        c = (top + 1 + x % 9 if kind == 0 else top + 1 + x if kind == 1
+             else max(0, top - x % (WINDOW + 64)) if kind == 2 else max(0, top - x % 16))
+        want = c not in seen and (c > top or top - c < WINDOW)
+        assert ring.fresh(c) == want
+        if want:
+            ring.accept(c)
+            seen.add(c)
+            top = max(top, c)
+    for x in range(max(0, top - WINDOW - 8), top + 9):  # every counter near the window
+        assert ring.fresh(x) == (x not in seen and (x > top or top - x < WINDOW))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

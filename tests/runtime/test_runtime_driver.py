@@ -119,13 +119,12 @@ class _SlowReads:
         self.clock = clock
         self.left = 3
 
-    def recvfrom_into(self, buf: bytearray) -> tuple[int, tuple[str, int]]:
+    def recvfrom(self, size: int) -> tuple[bytes, tuple[str, int]]:
         self.clock[0] += 0.005
         if not self.left:
             raise BlockingIOError
         self.left -= 1
-        buf[:4] = b"junk"
-        return 4, ("127.0.0.1", 9)
+        return b"junk", ("127.0.0.1", 9)
 
     def sendto(self, data: bytes, addr: Any) -> int:
         return len(data)

@@ -1,7 +1,7 @@
 """The asyncio driver: the node's UDP socket on the event loop, no I/O thread.
 
 The loop is aioquic's: the socket's reader callback (``loop.add_reader``) drains every readable
-datagram in a burst (``recvfrom_into`` until it would block, as the threaded driver does), runs
+datagram in a burst (``recvfrom`` until it would block, as the threaded driver does), runs
 due timers, hands events to the layer above and sends what the protocol batched; the one
 protocol timer is a ``loop.call_at`` handle. The sans-I/O cores are called in the loop's
 own thread: no thread hand-off and no wake-up pipe on the hot path. A coroutine that waits
@@ -39,6 +39,7 @@ from a3m.exon.protocol import ExonProtocol
 from a3m.runtime.driver import (
     DRAIN_BURST,
     MAX_SLEEP_S,
+    RECV_BYTES,
     Driver,
     EventHandler,
     _drop_events,
@@ -468,8 +469,8 @@ class LoopDriver:
         with self.lock:
             self._in_turn = True
             try:
-                buf, view = self._buf, self._view
-                recv = self._sock.recvfrom_into
+                buf = self._buf
+                recv = self._sock.recvfrom
                 io = self._io
                 coalesced = io.reader(buf) if io.gro else None  # (GRO: several per read)
                 batch: list[tuple[bytes, Any]] = []  # handed over whole: live sessions first
@@ -480,8 +481,7 @@ class LoopDriver:
                         break
                     try:
                         if coalesced is None:
-                            n, addr = recv(buf)
-                            take((bytes(view[:n]), addr))
+                            take(recv(RECV_BYTES))  # (see the threaded driver's turn)
                         else:
                             batch.extend(coalesced())
                     except (BlockingIOError, InterruptedError):

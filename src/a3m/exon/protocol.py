@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import struct
+from typing import Final
 
 from a3m.errors import UsageError
 from a3m.exon import wire
@@ -46,7 +47,7 @@ from a3m.exon.state import (
 
 __all__ = ["ExonProtocol", "ExonStats"]
 
-_INDEX = struct.Struct(">I").unpack_from
+_INDEX: Final = struct.Struct(">I").unpack_from
 
 
 class ExonProtocol(LivenessPart):
@@ -150,39 +151,52 @@ class ExonProtocol(LivenessPart):
         st.bytes_in += len(data)
         sec = self._sec
         peer = None
+        buf: bytes  # (typed: the compiled build slices and compares it natively)
         if sec is not None:
             opened = sec.open(data, addr, now)
             if opened is None:
                 return
-            data, peer = opened
+            buf, peer = opened
         elif len(data) > 1 and data[1] != wire.PLAIN:
             st.secure_refused += 1
             return
-        try:
-            src_b, dst_b, offset = wire.decode_header(data)
-        except wire.WireError as exc:
-            self._count_error(exc)
-            return
-        if dst_b != self._id_bytes:
-            st.wrong_dst += 1
-            return
-        src = self._src_cache.get(src_b)
-        if src is None:
+        else:
+            buf = data if isinstance(data, bytes) else bytes(data)
+        hdr = self._rx_hdr
+        if hdr and buf.startswith(hdr):
+            # The header of the last datagram read (a stream's datagrams all carry the same):
+            # its source is known, nothing to decode.
+            src = self._rx_src
+            offset = len(hdr)
+        else:
             try:
-                src = src_b.decode("utf-8")
-            except UnicodeDecodeError:
-                st.malformed += 1
+                src_b, dst_b, offset = wire.decode_header(buf)
+            except wire.WireError as exc:
+                self._count_error(exc)
                 return
-            if len(self._src_cache) > 4096:
-                self._src_cache.clear()
-            self._src_cache[src_b] = src
-        if src == self.id:
-            st.from_self += 1
-            return
+            if dst_b != self._id_bytes:
+                st.wrong_dst += 1
+                return
+            cached = self._src_cache.get(src_b)
+            if cached is None:
+                try:
+                    cached = src_b.decode("utf-8")
+                except UnicodeDecodeError:
+                    st.malformed += 1
+                    return
+                if len(self._src_cache) > 4096:
+                    self._src_cache.clear()
+                self._src_cache[src_b] = cached
+            src = cached
+            if src == self.id:
+                st.from_self += 1
+                return
+            self._rx_hdr = buf[:offset]
+            self._rx_src = src
         if peer is not None and src != peer:
             st.spoofed += 1  # sealed by one peer, naming another as its source
             return
-        frames, error = wire.decode_frames(data, offset, self.config.max_message_size)
+        frames, error = wire.decode_frames(buf, offset, self.config.max_message_size)
         if error is not None:
             self._count_error(error)
         if not frames:
@@ -202,8 +216,19 @@ class ExonProtocol(LivenessPart):
         st.frames_in += len(frames)
         rr = self._rr.get(src)
         acks: dict[int, list[int]] | None = None
+        lst: list[int] | None = None  # the slots to ACK of record ``lst_r``
+        lst_r = -1
         push_event = self._events.append
         n_deliv = n_bytes = 0
+        # Typed, so that the compiled build compares them as machine integers (Any would box
+        # each record field it meets: a 64-bit slot or r is an allocation each time).
+        s: int
+        r: int
+        payload: bytes
+        index: int
+        count: int
+        total: int
+        flags: int
         for f in frames:
             kind = f[0]
             if kind == _TOKEN:
@@ -271,11 +296,12 @@ class ExonProtocol(LivenessPart):
                         self._ack_now = True
                     elif self._ack_due == INF:
                         self._ack_due = now + self._ack_delay
-                lst = acks.get(r)
-                if lst is None:
-                    acks[r] = [s]
-                else:
-                    lst.append(s)
+                if lst is None or r != lst_r:
+                    lst = acks.get(r)
+                    if lst is None:
+                        lst = acks[r] = []
+                    lst_r = r
+                lst.append(s)
             elif kind == _ACK:
                 self._on_ack(src, f[1], f[2], f[3], now)
             elif kind == _REQSLOTS:
@@ -319,25 +345,25 @@ class ExonProtocol(LivenessPart):
             limit = self._limit(peer)
             if sec is not None:
                 limit -= SEALED_OVERHEAD
-                start = len(result)
             hdr = self._header(peer)
             st.frames_out += len(frames)
+            plains: list[bytes] = []
             buf = [hdr]
             size = len(hdr)
             for f in frames:
                 lf = len(f)
                 if size + lf > limit and len(buf) > 1:
-                    result.append((b"".join(buf), addr))
+                    plains.append(b"".join(buf))
                     buf = [hdr]
                     size = len(hdr)
                 buf.append(f)
                 size += lf
-            result.append((b"".join(buf), addr))
-            if sec is not None:
-                plains = result[start:]
-                del result[start:]
-                for d, _ in plains:
-                    sec.seal(peer, d, addr, now, result)
+            plains.append(b"".join(buf))
+            if sec is None:
+                for d in plains:
+                    result.append((d, addr))
+            else:
+                sec.seal_many(peer, plains, addr, now, result)
         self._out.clear()
         if self._solo:
             for peer, frame in self._solo:

@@ -4,7 +4,7 @@ sender, and the buffer space that paces grants.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from a3m.exon import wire
 from a3m.exon.events import Delivered
@@ -22,7 +22,7 @@ from a3m.exon.state import (
 
 #: ACKs repeat the slots consumed within this many below the highest received (so a lost ACK
 #: is repeated by the next ones; see ``_reack_ranges``).
-REACK_SPAN = 1024
+REACK_SPAN: Final = 1024
 
 
 class ReceiverPart(SenderPart):

@@ -6,11 +6,11 @@ Records are plain slotted objects; :mod:`a3m.exon.protocol` owns every rule that
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from a3m.exon.recovery import PathRecovery
 
-INF = float("inf")
+INF: Final = float("inf")
 
 #: A queued piece: (payload, fragment (index, count, total) or None, receipt meta). A fragment's
 #: payload is ``b""`` in the queue: it is cut from its :class:`Message` when bound to a slot.

@@ -14,13 +14,14 @@ from a3m.exon.events import ReceiptReady, Writable
 from a3m.exon.records import INF, Message, SendRecord
 from a3m.exon.recovery import PathRecovery
 from a3m.exon.state import (
-    _FRAG_PACK,
+    _FLAG_FRAGMENT,
     _REQSLOTS,
     _REQSLOTS_PACK,
     _RETRANSMIT,
     _REVOKED,
     _REVOKED_PACK,
     _TOKEN,
+    _TOKEN_FRAG_PACK,
     _TOKEN_PACK,
     MAX_PATHS,
     PROBE_TOKENS,
@@ -229,19 +230,22 @@ class SenderPart(ProtocolState):
                 if out is None:
                     out = self._out[peer] = []
                 emit = out.append
+                pop = queue.popleft
                 while queue and s < end and inflight < cwnd and allowed > 0:
-                    data, frag, meta = queue.popleft()
+                    data, frag, meta = pop()
                     if frag is None:
                         frame = _TOKEN_PACK(_TOKEN, 0, s, r, len(data)) + data
                     else:
-                        c = meta.chunk
-                        i = frag[0] * c
-                        data = meta.data[i:i + c]
-                        if not meta.bound:
-                            meta.r = r
-                        meta.bound += 1
-                        frame = (_TOKEN_PACK(_TOKEN, wire.FLAG_FRAGMENT, s, r, len(data))
-                                 + _FRAG_PACK(*frag) + data)
+                        msg: Message = meta  # (typed: the compiled build reads it natively)
+                        index, count, total = frag
+                        c = msg.chunk
+                        i = index * c
+                        data = msg.data[i:i + c]
+                        if not msg.bound:
+                            msg.r = r
+                        msg.bound += 1
+                        frame = _TOKEN_FRAG_PACK(_TOKEN, _FLAG_FRAGMENT, s, r, len(data),
+                                                 index, count, total) + data
                     seq += 1
                     tokens[s] = (frame, r, meta, now, 1, seq)
                     inflight += len(frame)
@@ -375,6 +379,10 @@ class SenderPart(ProtocolState):
         spurious_within = path.min_rtt / 2 if path.sampled else 0.0
         too_soon = path.min_rtt if path.sampled else 0.0
         first_tx = rec.first_tx
+        # Receipts progress once per run of tokens of one message (a fragmented message's
+        # fragments are acknowledged together), not once per token.
+        run_meta: Any = None
+        run = 0
         lowest = next(iter(tokens), None)  # tokens are in slot order
         if lowest is None:
             self.stats.stale_frames += 1
@@ -409,7 +417,12 @@ class SenderPart(ProtocolState):
                             reordered = True  # overtaken by a later transmission
                         meta = tok[2]
                         if meta is not None:
-                            self._receipt_progress(meta)
+                            if meta is run_meta:
+                                run += 1  # the next fragment of the same message
+                            else:
+                                if run:
+                                    self._receipt_progress(run_meta, run)
+                                run_meta, run = meta, 1
                         continue
                     orig = first_tx.pop(s, None)
                     if copies is None:
@@ -441,7 +454,14 @@ class SenderPart(ProtocolState):
                         sample_at = -1.0
                     meta = tok[2]
                     if meta is not None:
-                        self._receipt_progress(meta)
+                        if meta is run_meta:
+                            run += 1
+                        else:
+                            if run:
+                                self._receipt_progress(run_meta, run)
+                            run_meta, run = meta, 1
+        if run:
+            self._receipt_progress(run_meta, run)
         if not acked:
             self.stats.stale_frames += 1
             return
@@ -539,13 +559,16 @@ class SenderPart(ProtocolState):
         if loss_time < rec.timer_at:
             self._schedule(rec, loss_time)
 
-    def _receipt_progress(self, meta: Any) -> None:
+    def _receipt_progress(self, meta: Any, n: int = 1) -> None:
+        """``n`` tokens of the message ``meta`` (a receipt id, or a fragmented
+        :class:`Message`) were acknowledged."""
         if isinstance(meta, int):
             self._events.append(ReceiptReady(meta))
             return
-        meta.remaining -= 1
-        if meta.remaining == 0 and meta.rid is not None:
-            self._events.append(ReceiptReady(meta.rid))
+        msg: Message = meta
+        msg.remaining -= n
+        if msg.remaining == 0 and msg.rid is not None:
+            self._events.append(ReceiptReady(msg.rid))
 
     def _send_timer(self, rec: SendRecord, now: float) -> None:
         cfg = self.config

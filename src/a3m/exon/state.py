@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields
 from random import Random
-from typing import Any
+from typing import Any, Final
 
 from a3m.exon import wire
 from a3m.exon.clock import ClockStore, MemoryClockStore, NodeClock
@@ -31,23 +31,25 @@ from a3m.exon.secure import NodeKey, SecureLayer, TrustStore
 
 Address = Hashable
 
-_TOKEN = wire.TOKEN
-_ACK = wire.ACK
-_REQSLOTS = wire.REQSLOTS
-_SLOTS = wire.SLOTS
-_VOID = wire.VOID
-_REVOKE = wire.REVOKE
-_REVOKED = wire.REVOKED
-_TOKEN_PACK = wire.TOKEN_S.pack
-_FRAG_PACK = wire.FRAG_S.pack
-_REQSLOTS_PACK = wire.REQSLOTS_S.pack
-_SLOTS_PACK = wire.SLOTS_S.pack
-_VOID_PACK = wire.VOID_S.pack
-_REVOKE_PACK = wire.REVOKE_S.pack
-_REVOKED_PACK = wire.REVOKED_S.pack
-_RANGE_SIZE = wire.RANGE_S.size
-_RETRANSMIT = wire.as_retransmission
-_FLAG_RETRANSMIT = wire.FLAG_RETRANSMIT
+# Final: the compiled build reads these as C constants, not from the module's dict at each use.
+_TOKEN: Final = wire.TOKEN
+_ACK: Final = wire.ACK
+_REQSLOTS: Final = wire.REQSLOTS
+_SLOTS: Final = wire.SLOTS
+_VOID: Final = wire.VOID
+_REVOKE: Final = wire.REVOKE
+_REVOKED: Final = wire.REVOKED
+_TOKEN_PACK: Final = wire.TOKEN_S.pack
+_TOKEN_FRAG_PACK: Final = wire.TOKEN_FRAG_S.pack
+_REQSLOTS_PACK: Final = wire.REQSLOTS_S.pack
+_SLOTS_PACK: Final = wire.SLOTS_S.pack
+_VOID_PACK: Final = wire.VOID_S.pack
+_REVOKE_PACK: Final = wire.REVOKE_S.pack
+_REVOKED_PACK: Final = wire.REVOKED_S.pack
+_RANGE_SIZE: Final = wire.RANGE_S.size
+_RETRANSMIT: Final = wire.as_retransmission
+_FLAG_RETRANSMIT: Final = wire.FLAG_RETRANSMIT
+_FLAG_FRAGMENT: Final = wire.FLAG_FRAGMENT
 #: Most paths (per-peer RTT and window) remembered beyond their send records' lives.
 MAX_PATHS = 4096
 #: Tokens one probe timeout sends again (QUIC sends one or two probe packets).
@@ -206,6 +208,10 @@ class ProtocolState:
         self._addr: dict[str, Address] = {}
         self._headers: dict[str, bytes] = {}
         self._src_cache: dict[bytes, str] = {}
+        #: The header of the last datagram read whose source was decoded, and that source:
+        #: the next datagram that starts with the same bytes comes from it (a stream's do).
+        self._rx_hdr = b""
+        self._rx_src = ""
         self._out: dict[str, list[bytes]] = {}
         self._acks: dict[str, dict[int, list[int]]] = {}
         #: Send records acknowledged by the datagram being read, with the largest

@@ -56,6 +56,8 @@ REQSLOTS_S: Final = struct.Struct(">BQIQB")  # type, s, n, l, copy (1..255; 0: n
 SLOTS_S: Final = struct.Struct(">BQQIIB")
 TOKEN_S: Final = struct.Struct(">BBQQH")  # type, flags, s, r, payload length
 FRAG_S: Final = struct.Struct(">III")  # fragment index, fragment count, message length
+#: A fragment's TOKEN and its fragment fields, packed and read at once.
+TOKEN_FRAG_S: Final = struct.Struct(">BBQQHIII")
 ACK_S: Final = struct.Struct(">BBQH")  # type, flags, r, number of ranges
 COUNT_S: Final = struct.Struct(">H")  # (flag ACK_ARRIVALS) number of copy ranges
 RANGE_S: Final = struct.Struct(">QI")  # first slot, count
@@ -64,6 +66,10 @@ REVOKE_S: Final = struct.Struct(">BQ")  # type, r
 REVOKED_S: Final = struct.Struct(">BQI")  # type, r, tokens still held on r
 
 TOKEN_OVERHEAD: Final = TOKEN_S.size
+_TOKEN_SIZE: Final = TOKEN_S.size
+_TOKEN_FRAG_SIZE: Final = TOKEN_FRAG_S.size
+_TOKEN_UNPACK: Final = TOKEN_S.unpack_from
+_TOKEN_FRAG_UNPACK: Final = TOKEN_FRAG_S.unpack_from
 FRAGMENT_OVERHEAD: Final = TOKEN_S.size + FRAG_S.size
 MAX_ACK_RANGES: Final = 0xFFFF
 
@@ -222,46 +228,59 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
     tail is damaged still yields its intact leading frames, each of which stands alone.
     """
     frames: list[Frame] = []
-    n = len(data)
+    # Bytes, and typed fields: the compiled build then indexes, slices and compares natively.
+    buf = data if isinstance(data, bytes) else bytes(data)
+    n = len(buf)
     if offset >= n:
         return frames, WireError("malformed", "no frame")
+    flags: int
+    s: int
+    r: int
+    length: int
+    index: int
+    count: int
+    total: int
+    k: int
     try:
         while offset < n:
-            kind = data[offset]
+            kind = buf[offset]
             if kind == TOKEN:
-                _, flags, s, r, length = TOKEN_S.unpack_from(data, offset)
-                offset += TOKEN_S.size
+                if n - offset >= _TOKEN_FRAG_SIZE and buf[offset + 1] & FLAG_FRAGMENT:
+                    _, flags, s, r, length, index, count, total = _TOKEN_FRAG_UNPACK(
+                        buf, offset)
+                    offset += _TOKEN_FRAG_SIZE
+                else:
+                    _, flags, s, r, length = _TOKEN_UNPACK(buf, offset)
+                    offset += _TOKEN_SIZE
+                    if flags & FLAG_FRAGMENT and not flags & ~TOKEN_FLAGS:
+                        raise WireError("truncated", "fragment fields cut short")
+                    index, count, total = 0, 1, length
                 if flags & ~TOKEN_FLAGS:
                     raise WireError("malformed", f"unknown token flags {flags:#x}")
-                if flags & FLAG_FRAGMENT:
-                    index, count, total = FRAG_S.unpack_from(data, offset)
-                    offset += FRAG_S.size
-                    if not (index < count and 2 <= count <= total <= max_message_size
-                            and length <= total):
-                        raise WireError("malformed", "inconsistent fragment fields")
-                else:
-                    index, count, total = 0, 1, length
+                if flags & FLAG_FRAGMENT and not (
+                        index < count and 2 <= count <= total <= max_message_size
+                        and length <= total):
+                    raise WireError("malformed", "inconsistent fragment fields")
                 end = offset + length
                 if end > n:
                     raise WireError("truncated", "token payload cut short")
-                frames.append((TOKEN, s, r, bytes(data[offset:end]), index, count, total,
-                               flags))
+                frames.append((TOKEN, s, r, buf[offset:end], index, count, total, flags))
                 offset = end
             elif kind == ACK:
-                _, aflags, r, k = ACK_S.unpack_from(data, offset)
+                _, flags, r, k = ACK_S.unpack_from(buf, offset)
                 offset += ACK_S.size
                 if k == 0:
                     raise WireError("malformed", "ack without ranges")
-                if aflags & ~ACK_ARRIVALS:
-                    raise WireError("malformed", f"unknown ack flags {aflags:#x}")
+                if flags & ~ACK_ARRIVALS:
+                    raise WireError("malformed", f"unknown ack flags {flags:#x}")
                 c = -1
-                if aflags:
-                    (c,) = COUNT_S.unpack_from(data, offset)
+                if flags:
+                    (c,) = COUNT_S.unpack_from(buf, offset)
                     offset += COUNT_S.size
                     k += c
                 if offset + k * RANGE_S.size > n:
                     raise WireError("truncated", "ack ranges cut short")
-                ranges = tuple(RANGE_S.iter_unpack(bytes(data[offset:offset + k * RANGE_S.size])))
+                ranges = tuple(RANGE_S.iter_unpack(buf[offset:offset + k * RANGE_S.size]))
                 offset += k * RANGE_S.size
                 for first, count in ranges:
                     if count == 0 or first + count > U64_MAX:
@@ -271,23 +290,23 @@ def decode_frames(data: bytes | memoryview, offset: int, max_message_size: int
                 else:
                     frames.append((ACK, r, ranges[:k - c], ranges[k - c:]))
             elif kind == REQSLOTS:
-                _, s, cnt, low, copy = REQSLOTS_S.unpack_from(data, offset)
+                _, s, count, low, copy = REQSLOTS_S.unpack_from(buf, offset)
                 offset += REQSLOTS_S.size
-                if s + cnt > U64_MAX:
+                if s + count > U64_MAX:
                     raise WireError("malformed", "slot range overflows")
-                frames.append((REQSLOTS, s, cnt, low, copy))
+                frames.append((REQSLOTS, s, count, low, copy))
             elif kind == SLOTS:
-                _, s, r, cnt, ack_delay_us, echo = SLOTS_S.unpack_from(data, offset)
+                _, s, r, count, ack_delay_us, echo = SLOTS_S.unpack_from(buf, offset)
                 offset += SLOTS_S.size
-                if s + cnt > U64_MAX:
+                if s + count > U64_MAX:
                     raise WireError("malformed", "slot range overflows")
-                frames.append((SLOTS, s, r, cnt, ack_delay_us, echo))
+                frames.append((SLOTS, s, r, count, ack_delay_us, echo))
             elif kind in (VOID, REVOKE):
-                _, r = VOID_S.unpack_from(data, offset)
+                _, r = VOID_S.unpack_from(buf, offset)
                 offset += VOID_S.size
                 frames.append((kind, r))
             elif kind == REVOKED:
-                _, r, held = REVOKED_S.unpack_from(data, offset)
+                _, r, held = REVOKED_S.unpack_from(buf, offset)
                 offset += REVOKED_S.size
                 frames.append((REVOKED, r, held))
             else:

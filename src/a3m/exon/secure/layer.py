@@ -14,18 +14,17 @@ timers); the rest is in parts (``state.py`` says how they stack): ``paths.py`` (
 from __future__ import annotations
 
 import heapq
+from typing import Final
 
 from cryptography.exceptions import InvalidTag
 
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S
-from a3m.exon.secure.replay import WINDOW as REPLAY_WINDOW
 from a3m.exon.secure.responder import ResponderPart
 from a3m.exon.secure.session import INF, Session
 from a3m.exon.secure.state import (
     _DATA,
     _NONCE,
-    _REPLAY_MASK,
     _SEALED_PACK,
     _SEALED_UNPACK,
     _VERSION,
@@ -37,6 +36,9 @@ from a3m.exon.secure.state import (
     Address,
     Initiation,
 )
+
+#: The sealed header's size: it is the AEAD's associated data, the ciphertext follows it.
+_HDR: Final = p.SEALED_HDR.size
 
 
 class SecureLayer(ResponderPart):
@@ -52,39 +54,36 @@ class SecureLayer(ResponderPart):
              ) -> tuple[bytes, str] | None:
         """The Exon datagram ``data`` carried and its authenticated sender, or None."""
         st = self.stats
-        n = len(data)
-        if n < 2 or data[0] != p.VERSION:
+        # Bytes, and typed fields: the compiled build then indexes and slices natively.
+        buf = data if isinstance(data, bytes) else bytes(data)
+        n = len(buf)
+        if n < 2 or buf[0] != _VERSION:
             st.malformed += 1
             return None
-        kind = data[1]
-        if kind == p.DATA or kind == p.CHALLENGE or kind == p.RESPONSE:
+        kind = buf[1]
+        if kind == _DATA or kind == p.CHALLENGE or kind == p.RESPONSE:
             if n < p.SEALED_OVERHEAD:
                 st.truncated += 1
                 return None
-            _, _, index, counter = _SEALED_UNPACK(data)
+            index: int
+            counter: int
+            _, _, index, counter = _SEALED_UNPACK(buf)
             s = self._by_index.get(index)
             if s is None:
                 st.unknown_session += 1
                 return None
-            # The replay window (replay.py), inlined: checked before the tag, marked after.
+            # The replay window (replay.py): checked before the tag, marked after.
             replay = s.replay
-            top = replay.top
-            newest = counter > top
-            if not newest:
-                off = top - counter
-                if off >= REPLAY_WINDOW or (replay.bits >> off) & 1:
-                    st.replayed += 1
-                    return None
+            newest = counter > replay.top
+            if not newest and not replay.fresh(counter):
+                st.replayed += 1
+                return None
             try:
-                pt = s.open.decrypt(_NONCE(counter), data[14:], data[:14])
+                pt = s.open.decrypt(_NONCE(counter), buf[_HDR:], buf[:_HDR])
             except InvalidTag:
                 st.forged += 1
                 return None
-            if newest:
-                replay.bits = ((replay.bits << (counter - top)) | 1) & _REPLAY_MASK
-                replay.top = counter
-            else:
-                replay.bits |= 1 << off
+            replay.accept(counter)
             s.last_recv = now
             s.unanswered = 0
             if not s.confirmed:
@@ -94,7 +93,7 @@ class SecureLayer(ResponderPart):
                 self._moved(s, addr, newest, n, now)
             elif s.candidate is not None and newest:
                 s.candidate = None  # the peer is back where it was proven to be
-            if kind == p.DATA:
+            if kind == _DATA:
                 if not pt:
                     return None  # a keepalive
                 return pt, s.peer
@@ -130,14 +129,7 @@ class SecureLayer(ResponderPart):
             s = None
         if s is not None:
             s.unanswered += 1
-            if peer not in self._pending and (
-                    (s.initiator and now >= s.rekey_at)
-                    or (s.unanswered > UNANSWERED_REHANDSHAKE
-                        and now - s.last_recv > max(s.silence_s, 4 * s.rtt)
-                        and (s.confirmed or s.initiate_tries > FAST_TRIES)
-                        and self._silence(s))):
-                # (An unconfirmed session's INITIATE is being resent: its fast tries come
-                # first, as a new handshake would only add a key exchange behind them.)
+            if peer not in self._pending and self._renew_due(s, now):
                 self._initiate(peer, addr, now)
             counter = s.counter  # _seal, inlined (the hot path)
             s.counter = counter + 1
@@ -171,6 +163,42 @@ class SecureLayer(ResponderPart):
         incarnation then doubles the next silence, ``_install``)."""
         s.silenced = True
         return True
+
+    def _renew_due(self, s: Session, now: float) -> bool:
+        """A new handshake is due under ``s``: the initiator's rekey time came, or the peer
+        went silent while datagrams went unanswered. (An unconfirmed session's INITIATE is
+        being resent: its fast tries come first, as a new handshake would only add a key
+        exchange behind them.)"""
+        return ((s.initiator and now >= s.rekey_at)
+                or (s.unanswered > UNANSWERED_REHANDSHAKE
+                    and now - s.last_recv > max(s.silence_s, 4 * s.rtt)
+                    and (s.confirmed or s.initiate_tries > FAST_TRIES)
+                    and self._silence(s)))
+
+    def seal_many(self, peer: str, plains: list[bytes], addr: Address, now: float,
+                  out: list[tuple[bytes, Address]]) -> None:
+        """:meth:`seal` each of ``plains`` (Exon datagrams for ``peer``, in order) into
+        ``out``: the session is looked up, and its rules checked, once for all of them."""
+        s = self._current.get(peer)
+        if s is None or now >= s.reject_at or s.candidate is not None or len(plains) < 2:
+            for plain in plains:
+                self.seal(peer, plain, addr, now, out)
+            return
+        # The rules of seal, once: the count of unanswered datagrams only grows here, so the
+        # last datagram's check is the one that holds if any does.
+        s.unanswered += len(plains)
+        if peer not in self._pending and self._renew_due(s, now):
+            self._initiate(peer, addr, now)
+        encrypt = s.seal.encrypt
+        index = s.remote_index
+        dest = s.addr
+        counter = s.counter
+        for plain in plains:
+            hdr = _SEALED_PACK(_VERSION, _DATA, index, counter)
+            out.append((hdr + encrypt(_NONCE(counter), plain, hdr), dest))
+            counter += 1
+        s.counter = counter
+        s.last_sent = now
 
     # ------------------------------------------------------------------ timers
 

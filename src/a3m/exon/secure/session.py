@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Final
 
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from a3m.exon.secure.replay import ReplayWindow
 
 Address = Hashable
-INF = float("inf")
+INF: Final = float("inf")
 
 
 class Session:

@@ -17,7 +17,7 @@ import heapq
 import struct
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Final
 
 from a3m.exon.events import Event, PeerRestarted
 from a3m.exon.pacer import FirstProbePacer
@@ -26,7 +26,6 @@ from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
 from a3m.exon.secure.keys import NodeKey
 from a3m.exon.secure.noise import SymmetricState
-from a3m.exon.secure.replay import WINDOW as REPLAY_WINDOW
 from a3m.exon.secure.session import INF, Session
 from a3m.exon.secure.trust import TrustStore
 
@@ -41,8 +40,8 @@ HANDSHAKE_GIVE_UP_S = COOKIE_LIFETIME_S
 #: A session on which we sent UNANSWERED_REHANDSHAKE datagrams without hearing anything under
 #: it for this long (or 4 handshake round trips, if longer) gets a new handshake: the peer may
 #: have restarted and forgotten it (its datagrams would be refused).
-SILENCE_REHANDSHAKE_S = 1.0
-UNANSWERED_REHANDSHAKE = 4
+SILENCE_REHANDSHAKE_S: Final = 1.0
+UNANSWERED_REHANDSHAKE: Final = 4
 #: A silence that made a new handshake and found the same incarnation (the peer was slow, not
 #: restarted: a loaded node's queue) doubles the silence the next session waits, up to this.
 MAX_SILENCE_S = 8.0
@@ -96,12 +95,12 @@ MAX_SOURCES = 4096
 WELCOME_REPEAT_S = 5.0
 MAX_WELCOMES = 8192
 
-_NONCE = struct.Struct(">4xQ").pack
-_SEALED_PACK = p.SEALED_HDR.pack
-_SEALED_UNPACK = p.SEALED_HDR.unpack_from
-_VERSION = p.VERSION
-_DATA = p.DATA
-_REPLAY_MASK = (1 << REPLAY_WINDOW) - 1
+# Final: the compiled build reads these as C constants, not from the module's dict at each use.
+_NONCE: Final = struct.Struct(">4xQ").pack
+_SEALED_PACK: Final = p.SEALED_HDR.pack
+_SEALED_UNPACK: Final = p.SEALED_HDR.unpack_from
+_VERSION: Final = p.VERSION
+_DATA: Final = p.DATA
 
 
 
