@@ -170,3 +170,47 @@ def test_the_node_pace_is_an_option() -> None:
     with pytest.raises(Exception, match="first_probe_rate"):
         ExonConfig(first_probe_rate=-1.0)
     assert dataclasses.replace(ExonConfig(), first_probe_rate=0.0).first_probe_rate == 0.0
+
+
+def test_a_retry_ends_the_fast_tries_of_that_first_exchange() -> None:
+    """The responder is past its handshake rate: it answers the HELLO with a RETRY. That
+    says load, not loss: the token HELLO's resends double from the first (its WELCOMEs are
+    lost for 2 s here: 3 resends, where the fast tries made 10), and so do, once the session
+    is up, the INITIATE's (the responder's answers are lost for 2 s more) and Exon's first
+    probes."""
+    cfg = ExonConfig()
+    net = SecureNet("a", "b", one_way_s=0.005, config=cfg)
+    net.start("b", config=dataclasses.replace(cfg, handshake_rate=0.0))  # every HELLO: RETRY
+    a = net.nodes["a"]
+    lose = {"kind": 2, "until": 2.0}  # WELCOMEs first, then the sealed answers
+
+    def drop(src: str, dst: str, data: bytes) -> bool:
+        return src == net.addr["b"] and data[1] == lose["kind"] and net.now < lose["until"]
+
+    net.drop = drop
+    net.send("a", "b", b"x")
+    net.run(2.0)
+    st = a.stats
+    assert st.retries_received == 1 and st.handshakes_completed == 0
+    assert st.hello_resends == 3, st.hello_resends  # at 0.41, 0.81 and 1.61 s
+    lose.update(kind=5, until=net.now + 4.0)
+    assert net.run(2.0, lambda: st.handshakes_completed == 1)  # (the resend at 3.21 s)
+    sec = a.secure
+    assert sec is not None and sec.loaded("b")
+    net.run(1.8)  # unconfirmed, with Exon's first REQSLOTS out: 1.8 s of resends
+    assert st.initiate_resends <= 2, st.initiate_resends  # (the fast tries: 9)
+    assert st.probe_timeouts <= 3, st.probe_timeouts  # (the fast tries: 9)
+    assert net.run(10, lambda: net.got("b") == [b"x"])
+
+
+def test_a_loaded_peer_s_first_probes_double_from_the_first() -> None:
+    from a3m.exon.recovery import PathRecovery
+
+    plain = PathRecovery(0.2, 0.002, 2.0, 1400)
+    loaded = PathRecovery(0.2, 0.002, 2.0, 1400)
+    loaded.set_loaded()
+    for _ in range(3):
+        plain.on_pto()
+        loaded.on_pto()
+    assert plain.pto == 0.2  # the steady tries, for a lossy first exchange
+    assert loaded.pto == pytest.approx(0.2 * 2 ** 3)

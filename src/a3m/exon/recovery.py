@@ -93,7 +93,7 @@ class PathRecovery:
         "reorder_quarters", "spurious", "losses_since_spurious",
         "mds", "cwnd", "min_window", "inflight", "bw", "round_start", "round_acked",
         "round_lost", "loss_rate", "congestion_events", "cwnd_tokens", "token_bytes",
-        "epoch_start", "epoch_acked", "extra_acked",
+        "epoch_start", "epoch_acked", "extra_acked", "loaded",
     )
 
     def __init__(self, initial_pto: float, peer_ack_delay: float, backoff_cap: float,
@@ -137,6 +137,9 @@ class PathRecovery:
         self.epoch_start = 0.0
         self.epoch_acked = 0
         self.extra_acked = 0.0
+        #: The peer said it is loaded (a RETRY in the handshake): before a sample, the probe
+        #: timeout doubles from the first expiry (the steady tries are for loss, not load).
+        self.loaded = False
         self._update_pto()
 
     # ------------------------------------------------------------------ RTT and timeouts
@@ -150,7 +153,7 @@ class PathRecovery:
     def _update_pto(self) -> None:
         base = self.base_pto()
         n = self.pto_count
-        if not self.sampled:
+        if not self.sampled and not self.loaded:
             n = n - UNSAMPLED_STEADY_PTOS if n > UNSAMPLED_STEADY_PTOS else 0
         t = base * (1 << n) if n < 16 else self.backoff_cap
         self.pto = t if t < self.backoff_cap else max(self.backoff_cap, base)
@@ -180,6 +183,12 @@ class PathRecovery:
         """Something was acknowledged (or answered): the back-off ends."""
         if self.pto_count:
             self.pto_count = 0
+            self._update_pto()
+
+    def set_loaded(self) -> None:
+        """The peer is loaded (see :attr:`loaded`)."""
+        if not self.loaded:
+            self.loaded = True
             self._update_pto()
 
     def on_pto(self) -> bool:

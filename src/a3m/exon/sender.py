@@ -591,8 +591,12 @@ class SenderPart(ProtocolState):
         now, as for a first transmission: a handshake that took 3 s must not leave the first
         REQSLOTS on a 2 s back-off."""
         path = self._paths.get(peer)
-        if path is not None and path.pto_count:
-            path.on_progress()
+        if path is not None:
+            if path.pto_count:
+                path.on_progress()
+            sec = self._sec
+            if sec is not None and sec.loaded(peer):
+                path.set_loaded()  # it sent a RETRY: back off from the first probe
         rec = self._sr.get(peer)
         if rec is not None and rec.alive and (rec.tokens or rec.req_out):
             rec.last_sent = now

@@ -209,7 +209,9 @@ class SecureLayer(ResponderPart):
             s.initiate_tries += 1
             self.stats.initiate_resends += 1
             self._control.append((s.initiate, s.addr))
-            nxt = min(nxt, now + self._resend_after(s.initiate_tries + 1))
+            # (A busy responder, one that sent a RETRY: no fast tries, the resends double.)
+            after = self._resend_after(s.initiate_tries + 1 + (FAST_TRIES if s.busy else 0))
+            nxt = min(nxt, now + after)
         elif s.candidate is not None:
             if s.challenge_tries >= CHALLENGE_TRIES:
                 s.candidate = None

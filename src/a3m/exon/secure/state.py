@@ -226,6 +226,12 @@ class SecureState:
         and no session seals for it): a probe then would only add a copy to that queue."""
         return peer in self._pending and peer not in self._current
 
+    def loaded(self, peer: str) -> bool:
+        """Whether ``peer`` answered our handshake's HELLO with a RETRY (it was past its
+        handshake rate): a first exchange with it backs off from its first probe."""
+        s = self._current.get(peer)
+        return s is not None and s.busy
+
     def has_output(self) -> bool:
         return bool(self._control)
 
