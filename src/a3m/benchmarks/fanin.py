@@ -427,7 +427,9 @@ async def _a3m_producers(conn: Any, first: int, count: int, address: tuple[str, 
     linked = await asyncio.gather(*(link(push) for _, _, push in nodes))
 
     def counts() -> dict[str, int]:
-        return _counts([node.stats["exon"] for _, node, _ in nodes])
+        got = _counts([node.stats["exon"] for _, node, _ in nodes])
+        got["turns"] = sum(node._driver.turns for _, node, _ in nodes)  # the loop's wake-ups
+        return got
 
     at_link = counts()
     conn.send({"linked": sum(linked), "last_linked": last or None, "counts": at_link})
@@ -591,8 +593,9 @@ def run_once(system: str, peers: int, messages: int, size: int = 64, quiet_s: fl
         after = [p.get(60, "producers' counts") for p in prods]
         if system == "a3m":
             out["producer_counts"] = {
-                "link": {k: sum(r["counts"][k] for r in reps) for k in COUNTERS},
-                "after_link": {k: sum(r["counts"][k] for r in after) for k in COUNTERS}}
+                "link": {k: sum(r["counts"][k] for r in reps) for k in (*COUNTERS, "turns")},
+                "after_link": {k: sum(r["counts"][k] for r in after)
+                               for k in (*COUNTERS, "turns")}}
         progress(f"fanin {system} {peers}: {out['msgs_per_s']} msg/s, quiet CPU "
                  f"{out['idle_cpu_pct']} %, {out['kib_per_peer']} KiB/peer, drops "
                  f"{out['rx_drops']}, exact={out['exact']}")
