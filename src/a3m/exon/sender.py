@@ -185,6 +185,15 @@ class SenderPart(ProtocolState):
         path = self._paths.get(peer)
         return path.srtt if path is not None and path.sampled else None
 
+    def peer_pto(self, peer: str) -> float:
+        """The probe timeout of the path to ``peer`` without back-off (0 before any RTT
+        sample): the secure layer's silence rule waits four of them (a loaded peer's queue
+        is in them, so its slowness is not taken for a restart)."""
+        path = self._paths.get(peer)
+        if path is None or not path.sampled:
+            return 0.0
+        return path.base_pto()
+
     def max_unfragmented(self, peer: str) -> int:
         """The largest message to ``peer`` that travels as one token, in one datagram (a
         larger one is split into fragments, each recovered on its own)."""
@@ -336,6 +345,8 @@ class SenderPart(ProtocolState):
         sample_at = -1.0  # sent time of the newest token acked, if a first transmission
         largest = -1  # largest transmission sequence among them
         reordered = False
+        fresh = False  # a first transmission among them
+        last_copy = -1.0  # when the newest copy of the resent ones among them left
         path = rec.path
         prev_largest = path.largest_acked
         spurious = 0
@@ -374,10 +385,14 @@ class SenderPart(ProtocolState):
                         largest = tok[5]
                         sample_at = tok[3] if tok[4] == 1 else -1.0
                     if tok[4] == 1:
+                        fresh = True
                         if tok[5] < prev_largest:
                             reordered = True  # overtaken by a later transmission
-                    elif now - tok[3] < spurious_within:
-                        spurious += 1  # acked too soon after the copy: the first one was late
+                    else:
+                        if tok[3] > last_copy:
+                            last_copy = tok[3]
+                        if now - tok[3] < spurious_within:
+                            spurious += 1  # acked too soon after the copy: the first was late
                     meta = tok[2]
                     if meta is not None:
                         self._receipt_progress(meta)
@@ -396,6 +411,15 @@ class SenderPart(ProtocolState):
             path.on_reordering()
         if spurious:
             path.on_spurious()
+        if not fresh and last_copy >= 0 and now - last_copy > path.base_pto():
+            # Only resent tokens, and even the newest copy among them left longer ago than
+            # the path's timeout: whichever copy this answers, the round trip is at least
+            # that long. Taken as a sample (a lower bound): a path whose round trip grew
+            # past its timeout (a loaded receiver's queue) is otherwise never measured
+            # again (every token is resent before its ACK comes) and resends every message
+            # several times, for ever. On a lossy path the copy that got through is
+            # answered within the timeout: nothing changes there.
+            path.on_rtt_sample(now - last_copy)
         path.on_progress()
         events = path.congestion_events
         path.on_acked(nbytes, now, acked)

@@ -135,7 +135,7 @@ class SecureLayer(ResponderPart):
                     or (s.unanswered > UNANSWERED_REHANDSHAKE
                         and now - s.last_recv > max(s.silence_s, 4 * s.rtt)
                         and (s.confirmed or s.initiate_tries > FAST_TRIES)
-                        and self._silence(s))):
+                        and self._silence(s, now))):
                 # (An unconfirmed session's INITIATE is being resent: its fast tries come
                 # first, as a new handshake would only add a key exchange behind them.)
                 self._initiate(peer, addr, now)
@@ -165,10 +165,14 @@ class SecureLayer(ResponderPart):
             init.queued_bytes -= len(q.popleft())
             self.stats.sealed_dropped += 1
 
-    @staticmethod
-    def _silence(s: Session) -> bool:
-        """The peer went silent under ``s``: note it (a new handshake that finds the same
-        incarnation then doubles the next silence, ``_install``)."""
+    def _silence(self, s: Session, now: float) -> bool:
+        """Whether the peer's silence under ``s`` is long enough to suspect a restart: also
+        four of the transport's probe timeouts toward it (from the round trips it measured:
+        a loaded peer's queue is in them, so a fleet's collector answering late is not taken
+        for a restart). Noted when so (a new handshake that finds the same incarnation then
+        doubles the next silence)."""
+        if self._rtt_of is not None and now - s.last_recv <= 4 * self._rtt_of(s.peer):
+            return False
         s.silenced = True
         return True
 
