@@ -427,7 +427,9 @@ async def _a3m_producers(conn: Any, first: int, count: int, address: tuple[str, 
     linked = await asyncio.gather(*(link(push) for _, _, push in nodes))
 
     def counts() -> dict[str, int]:
-        got = _counts([node.stats["exon"] for _, node, _ in nodes])
+        # (the Exon counters themselves: node.stats also reads /proc/net/udp for the kernel's
+        # drops, a look at every socket of the host, per node)
+        got = _counts([node.sync._proto.stats.as_dict() for _, node, _ in nodes])
         got["turns"] = sum(node._driver.turns for _, node, _ in nodes)  # the loop's wake-ups
         return got
 
