@@ -296,6 +296,7 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
                "links": len(links)})
     conn.recv()  # fan-in
     _PHASE[0] = "fan-in"
+    drops_fan_in = drops()
     conn.send({"ready": True})
 
     def recv() -> list[bytes]:
@@ -307,6 +308,8 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
     out = _fan_in(conn, _Audit(peers, messages), recv, timeout)
     d1 = drops()
     out["rx_drops"] = None if drops0 is None or d1 is None else d1 - drops0
+    out["rx_drops_fan_in"] = (None if drops_fan_in is None or d1 is None
+                              else d1 - drops_fan_in)
     st = node.stats["exon"]
     out["collector_stats"] = {k: st.get(k) for k in (
         "datagrams_in", "datagrams_out", "handshakes_accepted", "hellos_answered",
@@ -583,7 +586,8 @@ def run_once(system: str, peers: int, messages: int, size: int = 64, quiet_s: fl
                    received=f["received"], lost=total - f["unique"],
                    duplicates=f["duplicates"], phantoms=f["phantoms"],
                    msgs_per_s=f["msgs_per_s"], busy_cpu_us_per_msg=f["busy_cpu_us_per_msg"],
-                   rx_drops=f["rx_drops"], recv_timed_out=f["recv_timed_out"],
+                   rx_drops=f["rx_drops"], rx_drops_fan_in=f.get("rx_drops_fan_in"),
+                   recv_timed_out=f["recv_timed_out"],
                    send_s=round(max(r["send_s"] for r in sent), 3))
         out["exact"] = (out["lost"] == 0 and out["duplicates"] == 0 and out["phantoms"] == 0
                         and out["unsent"] == 0 and not out["link_timed_out"])
