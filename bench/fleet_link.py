@@ -30,6 +30,8 @@ def main() -> None:
     ap.add_argument("--queue", type=int, default=2000)
     ap.add_argument("--until", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--messages", type=int, default=0,
+                    help="then a fan-in: each producer sends this many at once")
     ap.add_argument("--node-option", action="append", default=[], metavar="NAME=VALUE")
     args = ap.parse_args()
     options = {}
@@ -38,7 +40,7 @@ def main() -> None:
         options[k] = json.loads(v)
     cpu = HostCpu(args.rx_us / 1e6, args.tx_us / 1e6, args.queue)
     out = fleet_link(args.peers, cpu, args.until, args.seed,
-                     ExonConfig.from_options(options) if options else None)
+                     ExonConfig.from_options(options) if options else None, args.messages)
     print(json.dumps(out, indent=1))
 
 

@@ -176,3 +176,98 @@ def test_the_node_pace_is_an_option() -> None:
     with pytest.raises(Exception, match="first_probe_rate"):
         ExonConfig(first_probe_rate=-1.0)
     assert dataclasses.replace(ExonConfig(), first_probe_rate=0.0).first_probe_rate == 0.0
+
+
+def test_a_retry_ends_the_fast_tries_of_that_first_exchange() -> None:
+    """The responder is past its handshake rate: it answers the HELLO with a RETRY. That
+    says load, not loss: the token HELLO's resends double from the first (its WELCOMEs are
+    lost for 2 s here: 3 resends, where the fast tries made 10), and so do, once the session
+    is up, the INITIATE's (the responder's answers are lost for 2 s more) and Exon's first
+    probes."""
+    cfg = ExonConfig()
+    net = SecureNet("a", "b", one_way_s=0.005, config=cfg)
+    net.start("b", config=dataclasses.replace(cfg, handshake_rate=0.0))  # every HELLO: RETRY
+    a = net.nodes["a"]
+    lose = {"kind": 2, "until": 2.0}  # WELCOMEs first, then the sealed answers
+
+    def drop(src: str, dst: str, data: bytes) -> bool:
+        return src == net.addr["b"] and data[1] == lose["kind"] and net.now < lose["until"]
+
+    net.drop = drop
+    net.send("a", "b", b"x")
+    net.run(2.0)
+    st = a.stats
+    assert st.retries_received == 1 and st.handshakes_completed == 0
+    assert st.hello_resends == 3, st.hello_resends  # at 0.41, 0.81 and 1.61 s
+    lose.update(kind=5, until=net.now + 4.0)
+    assert net.run(2.0, lambda: st.handshakes_completed == 1)  # (the resend at 3.21 s)
+    sec = a.secure
+    assert sec is not None and sec.loaded("b")
+    net.run(1.8)  # unconfirmed, with Exon's first REQSLOTS out: 1.8 s of resends
+    assert st.initiate_resends <= 2, st.initiate_resends  # (the fast tries: 9)
+    assert st.probe_timeouts <= 3, st.probe_timeouts  # (the fast tries: 9)
+    assert net.run(10, lambda: net.got("b") == [b"x"])
+
+
+def test_a_loaded_peer_s_first_probes_double_from_the_first() -> None:
+    from a3m.exon.recovery import PathRecovery
+
+    plain = PathRecovery(0.2, 0.002, 2.0, 1400)
+    loaded = PathRecovery(0.2, 0.002, 2.0, 1400)
+    loaded.set_loaded()
+    for _ in range(3):
+        plain.on_pto()
+        loaded.on_pto()
+    assert plain.pto == 0.2  # the steady tries, for a lossy first exchange
+    assert loaded.pto == pytest.approx(0.2 * 2 ** 3)
+
+
+def test_a_peer_slow_by_its_measured_round_trip_is_not_taken_for_a_restart() -> None:
+    """The session was made over a fast path (10 ms round trip); then the peer slows down (a
+    loaded node: 0.8 s round trips, which Exon's probe timeout follows). Its answers held
+    back 1.5 s more are within four of those timeouts, so no new handshake starts (the silence rule alone, 1 s
+    or four handshake round trips, started one: under a fleet each producer did, and the key
+    exchanges kept the collector drowning)."""
+    net = SecureNet("a", "b", one_way_s=0.005)
+    a = net.nodes["a"]
+    net.send("a", "b", b"first")
+    assert net.run(5, lambda: net.got("b") == [b"first"])
+    net.one_way_s = 0.4
+    for i in range(3):
+        net.send("a", "b", b"slow%d" % i)
+        assert net.run(10, lambda i=i: len(net.got("b")) == 2 + i)
+        net.run(1.2)  # (its ACK back: a round trip measured)
+    assert a.peer_pto("b") >= 0.4 and a.stats.handshakes_started == 1
+    hold_until = net.now + 1.5
+
+    def drop(src: str, dst: str, data: bytes) -> bool:
+        return src == net.addr["b"] and net.now < hold_until
+
+    net.drop = drop
+    for i in range(8):
+        net.send("a", "b", b"m%d" % i)
+        net.run(0.15)
+    assert net.run(10, lambda: len(net.got("b")) == 12)
+    assert a.stats.handshakes_started == 1
+
+
+def test_a_round_trip_that_outgrew_the_probe_timeout_is_measured_again() -> None:
+    """A 10 ms path slows to 0.8 s (a loaded receiver's queue). Every token is resent before
+    its ACK comes, so no ACK is of a first transmission (Karn's rule: no sample) and the
+    path would keep its 10 ms timeout, resending each message 4-5 times for ever. The ACK of
+    tokens resent only, whose newest copy left longer ago than the timeout, is a lower bound
+    of the round trip: taken as a sample, it brings the resends down to one a message."""
+    net = SecureNet("a", "b", one_way_s=0.005, config=ExonConfig(secure=False))
+    a = net.nodes["a"]
+    net.send("a", "b", b"first")
+    assert net.run(5, lambda: net.got("b") == [b"first"])
+    net.one_way_s = 0.4
+    counts = []
+    for i in range(6):
+        before = a.stats.retransmits
+        net.send("a", "b", b"m%d" % i)
+        assert net.run(10, lambda i=i: len(net.got("b")) == 2 + i)
+        net.run(0.9)  # its ACK is back
+        counts.append(a.stats.retransmits - before)
+    assert counts[0] >= 4  # the first one finds the old timeout
+    assert sum(counts[2:]) <= 4, counts

@@ -242,3 +242,35 @@ def test_peers_proven_by_retry_behind_one_address_are_held_by_cpu_not_its_budget
                 net.inject(initiates[addr], addr, "b")
     assert st.handshakes_accepted == n
     assert b.secure is not None and b.secure.session_count() == n
+
+
+def test_initiates_of_a_fleet_behind_one_address_do_not_spend_its_budget() -> None:
+    """Under load, the INITIATEs that answer WELCOMEs we made lately, and their repeats (a
+    busy node answers late, the initiators resend), take nothing from their source's budget:
+    in the 10 000-producer fan-in they spent 127.0.0.1's, and its HELLOs got no RETRY."""
+    net = SecureNet("b", "a")
+    b = net.nodes["b"]
+    net.addr["a"] = "127.0.0.1:40000"
+    b.associate("a", net.addr["a"])
+    held: list[bytes] = []
+
+    def hold(src: str, dst: str, data: bytes) -> bool:
+        if src == net.addr["a"] and data[1] == 3:  # a's INITIATE: held back for now
+            held.append(data)
+            return True
+        return False
+
+    net.drop = hold
+    net.send("a", "b", b"through")
+    assert net.run(1, lambda: bool(held))
+    net.drop = lambda src, dst, data: data[1] == 3
+    for i in range(3000):  # meanwhile a flood from a's address spends its source's budget
+        b.receive_datagram(_hello(i), net.addr["a"], net.now)
+    b.datagrams_to_send(net.now)
+    shed = b.stats.unauth_shed
+    assert shed > 0
+    for _ in range(21):  # a's INITIATE arrives at last, and 20 repeats of it
+        b.receive_datagram(held[0], net.addr["a"], net.now)
+    st = b.stats
+    assert st.handshakes_accepted == 1 and st.handshake_repeats == 20
+    assert st.unauth_shed == shed  # none of them was shed

@@ -298,6 +298,26 @@ def test_an_idle_node_does_not_spin() -> None:
     run(main)
 
 
+def test_an_idle_node_has_no_periodic_turn() -> None:
+    """A node with nothing to do (no link, no timer, no one waiting) arms no timer: a
+    process holding thousands of idle nodes wakes none of them (was: one turn each every
+    second, the driver's safety net). A coroutine that waits still gets its own safety net
+    (changed() within a second) and leaves no future behind."""
+    async def main() -> None:
+        async with a3m.aio.Node("quiet-one") as x:
+            x.socket(a3m.PULL, "sink")
+            await asyncio.sleep(0.3)  # the start's turns are over
+            drv = x.sync._driver
+            before = drv.turns
+            await asyncio.sleep(2.5)
+            assert drv.turns == before
+            await drv.changed(None)  # nothing changes: the safety net ends the wait
+            assert drv._futures == []
+            assert drv.turns == before
+
+    run(main)
+
+
 def test_rebind_keeps_the_links_and_the_stream() -> None:
     async def main() -> None:
         async with a3m.aio.Node("rx") as x, a3m.aio.Node("ry") as y:

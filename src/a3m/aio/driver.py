@@ -102,7 +102,6 @@ class LoopDriver:
         self.loop_errors = 0
         self.event_errors = 0
         self.turns = 0  # (diagnostics)
-        self._nudge_at = time.monotonic() + MAX_SLEEP_S
         #: The threaded driver that took the linger over after a clean close (see linger).
         self.lingerer: Driver | None = None
         # Busy poll (ExonConfig.busy_poll_s, as the threaded driver's leader): after a request
@@ -245,19 +244,21 @@ class LoopDriver:
     # ------------------------------------------------------------------ coroutines waiting
 
     async def changed(self, timeout: float | None) -> None:
-        """Return at the next change (``notify_all``) or after ``timeout`` seconds (None: at
-        the next change; a periodic turn wakes every waiting coroutine within
-        ``MAX_SLEEP_S`` in any case, so a missed change costs at most that)."""
+        """Return at the next change (``notify_all``) or after ``timeout`` seconds, and
+        within ``MAX_SLEEP_S`` in any case (the safety net: a missed change costs at most
+        that; the waiter looks again, with no turn of the node)."""
         fut = self.loop.create_future()
         self._futures.append(fut)
-        if timeout is None:
-            await fut
-            return
-        handle = self.loop.call_later(timeout, _wake, fut)
+        wait = MAX_SLEEP_S if timeout is None or timeout > MAX_SLEEP_S else timeout
+        handle = self.loop.call_later(wait, _wake, fut)
         try:
             await fut
         finally:
             handle.cancel()
+            if self._futures and self._futures[-1] is fut:
+                self._futures.pop()  # woken by its own timer: not left behind in the list
+            elif fut in self._futures:
+                self._futures.remove(fut)
 
     async def until(self, done: Callable[[], bool], deadline: float | None,
                     step: float = 0.05) -> bool:
@@ -414,10 +415,11 @@ class LoopDriver:
         self._timer = None
         self._timer_at = _INF
         now = time.monotonic()
-        if now < self._nudge_at and not self.proto.has_output():
+        if not self._waiters and not self.proto.has_output():
             t = self._deadline()
-            if t is not None and t > now:  # early: the deadline moved later (lazy timer)
-                self._arm_at(t)
+            if t is None or t > now:  # early: the deadline moved later (lazy timer)
+                if t is not None:
+                    self._arm_at(t)
                 return
         self._turn(False)
 
@@ -444,14 +446,21 @@ class LoopDriver:
                                    self._on_timer)
 
     def _arm(self) -> None:
-        """After a turn: the next one when the protocol or the node needs it, and within
-        ``MAX_SLEEP_S`` in any case (the node's periodic work, waiting coroutines' checks)."""
+        """After a turn: the next one when the protocol or the node needs it (the node's
+        periodic work is in its deadline), and within ``MAX_SLEEP_S`` while a worker thread
+        waits on the condition (its safety net; a coroutine's is in :meth:`changed`). A node
+        with nothing to do has no timer at all: a process holding thousands of idle nodes
+        does not wake each of them every second."""
         if self.proto.has_output():
             self._schedule_soon()
             return
         t = self._deadline()
-        cap = time.monotonic() + MAX_SLEEP_S
-        self._arm_at(cap if t is None or t > cap else t)
+        if self._waiters:
+            cap = time.monotonic() + MAX_SLEEP_S
+            if t is None or t > cap:
+                t = cap
+        if t is not None:
+            self._arm_at(t)
 
     def _send(self, out: list[tuple[bytes, Any]]) -> None:
         # a full kernel buffer (the timer retransmits), ICMP errors: counted
@@ -502,9 +511,6 @@ class LoopDriver:
                                                 self._on_turn, now)
                 self.event_errors += errors
                 if changed:
-                    self.notify_all()
-                elif self._futures and now >= self._nudge_at:
-                    self._nudge_at = now + MAX_SLEEP_S  # the safety net (see changed)
                     self.notify_all()
                 out = proto.datagrams_to_send(now)
             except Exception:  # never let an error escape into the event loop

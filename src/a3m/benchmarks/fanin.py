@@ -296,6 +296,7 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
                "links": len(links)})
     conn.recv()  # fan-in
     _PHASE[0] = "fan-in"
+    drops_fan_in = drops()
     conn.send({"ready": True})
 
     def recv() -> list[bytes]:
@@ -307,6 +308,8 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
     out = _fan_in(conn, _Audit(peers, messages), recv, timeout)
     d1 = drops()
     out["rx_drops"] = None if drops0 is None or d1 is None else d1 - drops0
+    out["rx_drops_fan_in"] = (None if drops_fan_in is None or d1 is None
+                              else d1 - drops_fan_in)
     st = node.stats["exon"]
     out["collector_stats"] = {k: st.get(k) for k in (
         "datagrams_in", "datagrams_out", "handshakes_accepted", "hellos_answered",
@@ -427,7 +430,11 @@ async def _a3m_producers(conn: Any, first: int, count: int, address: tuple[str, 
     linked = await asyncio.gather(*(link(push) for _, _, push in nodes))
 
     def counts() -> dict[str, int]:
-        return _counts([node.stats["exon"] for _, node, _ in nodes])
+        # (the Exon counters themselves: node.stats also reads /proc/net/udp for the kernel's
+        # drops, a look at every socket of the host, per node)
+        got = _counts([node.sync._proto.stats.as_dict() for _, node, _ in nodes])
+        got["turns"] = sum(node._driver.turns for _, node, _ in nodes)  # the loop's wake-ups
+        return got
 
     at_link = counts()
     conn.send({"linked": sum(linked), "last_linked": last or None, "counts": at_link})
@@ -579,7 +586,8 @@ def run_once(system: str, peers: int, messages: int, size: int = 64, quiet_s: fl
                    received=f["received"], lost=total - f["unique"],
                    duplicates=f["duplicates"], phantoms=f["phantoms"],
                    msgs_per_s=f["msgs_per_s"], busy_cpu_us_per_msg=f["busy_cpu_us_per_msg"],
-                   rx_drops=f["rx_drops"], recv_timed_out=f["recv_timed_out"],
+                   rx_drops=f["rx_drops"], rx_drops_fan_in=f.get("rx_drops_fan_in"),
+                   recv_timed_out=f["recv_timed_out"],
                    send_s=round(max(r["send_s"] for r in sent), 3))
         out["exact"] = (out["lost"] == 0 and out["duplicates"] == 0 and out["phantoms"] == 0
                         and out["unsent"] == 0 and not out["link_timed_out"])
@@ -591,8 +599,9 @@ def run_once(system: str, peers: int, messages: int, size: int = 64, quiet_s: fl
         after = [p.get(60, "producers' counts") for p in prods]
         if system == "a3m":
             out["producer_counts"] = {
-                "link": {k: sum(r["counts"][k] for r in reps) for k in COUNTERS},
-                "after_link": {k: sum(r["counts"][k] for r in after) for k in COUNTERS}}
+                "link": {k: sum(r["counts"][k] for r in reps) for k in (*COUNTERS, "turns")},
+                "after_link": {k: sum(r["counts"][k] for r in after)
+                               for k in (*COUNTERS, "turns")}}
         progress(f"fanin {system} {peers}: {out['msgs_per_s']} msg/s, quiet CPU "
                  f"{out['idle_cpu_pct']} %, {out['kib_per_peer']} KiB/peer, drops "
                  f"{out['rx_drops']}, exact={out['exact']}")

@@ -135,7 +135,7 @@ class PathRecovery:
         "reorder_quarters", "spurious", "losses_since_spurious",
         "mds", "cwnd", "min_window", "inflight", "bw", "round_start", "round_acked",
         "round_lost", "loss_rate", "congestion_events", "cwnd_tokens", "token_bytes",
-        "epoch_start", "epoch_acked", "extra_acked",
+        "epoch_start", "epoch_acked", "extra_acked", "loaded",
         "pacing_allowed", "pacing", "pacing_rate", "pace_at", "pace_burst_s", "phase", "cycle",
         "full_bw", "full_bw_rounds", "app_limited", "bw_samples", "sent", "round_sent",
         "send_rate", "pace_late_s", "pace_wake_at", "pace_owed_s",
@@ -209,6 +209,9 @@ class PathRecovery:
         self.sent = 0
         self.round_sent = 0
         self.send_rate = 0.0
+        #: The peer said it is loaded (a RETRY in the handshake): before a sample, the probe
+        #: timeout doubles from the first expiry (the steady tries are for loss, not load).
+        self.loaded = False
         self._update_pto()
 
     # ------------------------------------------------------------------ RTT and timeouts
@@ -222,7 +225,7 @@ class PathRecovery:
     def _update_pto(self) -> None:
         base = self.base_pto()
         n = self.pto_count
-        if not self.sampled:
+        if not self.sampled and not self.loaded:
             n = n - UNSAMPLED_STEADY_PTOS if n > UNSAMPLED_STEADY_PTOS else 0
         t = base * (1 << n) if n < 16 else self.backoff_cap
         self.pto = t if t < self.backoff_cap else max(self.backoff_cap, base)
@@ -255,6 +258,12 @@ class PathRecovery:
         """Something was acknowledged (or answered): the back-off ends."""
         if self.pto_count:
             self.pto_count = 0
+            self._update_pto()
+
+    def set_loaded(self) -> None:
+        """The peer is loaded (see :attr:`loaded`)."""
+        if not self.loaded:
+            self.loaded = True
             self._update_pto()
 
     def on_pto(self) -> bool:

@@ -198,6 +198,15 @@ class SenderPart(ProtocolState):
         path = self._paths.get(peer)
         return path.srtt if path is not None and path.sampled else None
 
+    def peer_pto(self, peer: str) -> float:
+        """The probe timeout of the path to ``peer`` without back-off (0 before any RTT
+        sample): the secure layer's silence rule waits four of them (a loaded peer's queue
+        is in them, so its slowness is not taken for a restart)."""
+        path = self._paths.get(peer)
+        if path is None or not path.sampled:
+            return 0.0
+        return path.base_pto()
+
     def max_unfragmented(self, peer: str) -> int:
         """The largest message to ``peer`` that travels as one token, in one datagram (a
         larger one is split into fragments, each recovered on its own)."""
@@ -364,6 +373,8 @@ class SenderPart(ProtocolState):
         sample_at = -1.0  # sent time of the newest token acked, if a first transmission
         largest = -1  # largest transmission sequence among them
         reordered = False
+        fresh = False  # a first transmission among them
+        last_copy = -1.0  # when the newest copy of the resent ones among them left
         path = rec.path
         prev_largest = path.largest_acked
         spurious = 0  # needless retransmissions that show reordering
@@ -410,6 +421,7 @@ class SenderPart(ProtocolState):
                     nbytes += len(tok[0])
                     tx = tok[4]
                     if tx == 1:
+                        fresh = True
                         if tok[5] > largest:
                             largest = tok[5]
                             sample_at = tok[3]
@@ -424,6 +436,8 @@ class SenderPart(ProtocolState):
                                     self._receipt_progress(run_meta, run)
                                 run_meta, run = meta, 1
                         continue
+                    if tok[3] > last_copy:
+                        last_copy = tok[3]
                     orig = first_tx.pop(s, None)
                     if copies is None:
                         if tok[5] > largest and now - tok[3] >= too_soon:
@@ -474,6 +488,16 @@ class SenderPart(ProtocolState):
             self.stats.spurious_retransmits += needless
         if spurious:
             path.on_spurious()
+        if (not fresh and sample_at < 0 and last_copy >= 0
+                and now - last_copy > path.base_pto()):
+            # Only resent tokens, no copy known to be the one that arrived, and even the
+            # newest copy among them left longer ago than the path's timeout: whichever copy
+            # this answers, the round trip is at least that long. Taken as a sample (a lower bound): a path whose round trip grew
+            # past its timeout (a loaded receiver's queue) is otherwise never measured
+            # again (every token is resent before its ACK comes) and resends every message
+            # several times, for ever. On a lossy path the copy that got through is
+            # answered within the timeout: nothing changes there.
+            path.on_rtt_sample(now - last_copy)
         path.on_progress()
         events = path.congestion_events
         path.on_acked(nbytes, now, acked)
@@ -695,8 +719,12 @@ class SenderPart(ProtocolState):
         now, as for a first transmission: a handshake that took 3 s must not leave the first
         REQSLOTS on a 2 s back-off."""
         path = self._paths.get(peer)
-        if path is not None and path.pto_count:
-            path.on_progress()
+        if path is not None:
+            if path.pto_count:
+                path.on_progress()
+            sec = self._sec
+            if sec is not None and sec.loaded(peer):
+                path.set_loaded()  # it sent a RETRY: back off from the first probe
         rec = self._sr.get(peer)
         if rec is not None and rec.alive and (rec.tokens or rec.req_out):
             rec.last_sent = now

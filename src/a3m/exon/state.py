@@ -272,7 +272,7 @@ class ProtocolState:
                 handshake_rate=cfg.handshake_rate, rekey_after_s=cfg.rekey_after_s,
                 idle_s=cfg.session_idle_s, backoff_cap_s=self._backoff_cap,
                 timeout_s=cfg.rto_initial_s, retry_rate=cfg.retry_rate,
-                on_session=self._session_ready, pacer=self._pacer)
+                on_session=self._session_ready, pacer=self._pacer, rtt_of=self.peer_pto)
 
     @property
     def secure(self) -> SecureLayer | None:
@@ -393,6 +393,9 @@ class ProtocolState:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
     def next_timer(self) -> float | None:
+        raise NotImplementedError  # (a part of ExonProtocol defines it)
+
+    def peer_pto(self, peer: str) -> float:
         raise NotImplementedError  # (a part of ExonProtocol defines it)
 
     def _exon_timer(self) -> float | None:

@@ -307,6 +307,10 @@ class Node:
             due = self._taken_due
             if t is None or due < t:
                 t = due
+        if self._core.nodes_watched and getattr(self._resolver, "nodes", None) is not None:
+            due = self._nodes_listed_at + 1.0  # a discovery file, looked at every second
+            if t is None or due < t:
+                t = due
         return t
 
     def _upper_output(self) -> bool:

@@ -14,7 +14,7 @@ from a3m.exon.secure import packets as p
 from a3m.exon.secure.keys import NodeKey
 from a3m.exon.secure.noise import HandshakeError
 from a3m.exon.secure.paths import PathsPart
-from a3m.exon.secure.session import Session
+from a3m.exon.secure.session import INF, Session
 from a3m.exon.secure.state import (
     FAST_TRIES,
     HANDSHAKE_GIVE_UP_S,
@@ -58,6 +58,14 @@ class InitiatorPart(PathsPart):
         self.stats.retries_received += 1
         init.token = bytes(data[p.RETRY_HDR.size:])
         self._control.append((init.hello(), init.addr))
+        # A RETRY says the responder is past its handshake rate (busy), not that the path
+        # loses: the fast tries (made for loss) end, the resends double from here, so a
+        # fleet that started at once does not keep a loaded responder five times busier.
+        if init.tries <= FAST_TRIES:
+            init.tries = FAST_TRIES + 1
+        init.paced_at = 0.0
+        init.timer_at = INF  # (the entry for the earlier deadline goes stale)
+        self._arm(init, now + self._resend_after(init.tries))
 
 
     def _on_welcome(self, data: bytes | memoryview, addr: Address, now: float) -> None:
@@ -90,10 +98,11 @@ class InitiatorPart(PathsPart):
         s.initiate = (p.INITIATE_HDR.pack(p.VERSION, p.INITIATE, init.index) + init.e.public
                       + w.cookie + msg3)
         s.rtt = now - init.started
+        s.busy = bool(init.token)  # it sent us a RETRY: loaded
         st.handshakes_completed += 1
         self._install(s, now)
         self._control.append((s.initiate, s.addr))
-        self._arm(s, now + self._timeout)
+        self._arm(s, now + self._resend_after(1 + (FAST_TRIES if s.busy else 0)))
         for plain in init.queue:
             self._control.append((self._seal(s, p.DATA, plain, now), s.addr))
         if self._on_session is not None:

@@ -157,10 +157,14 @@ class SecureLayer(ResponderPart):
             init.queued_bytes -= len(q.popleft())
             self.stats.sealed_dropped += 1
 
-    @staticmethod
-    def _silence(s: Session) -> bool:
-        """The peer went silent under ``s``: note it (a new handshake that finds the same
-        incarnation then doubles the next silence, ``_install``)."""
+    def _silence(self, s: Session, now: float) -> bool:
+        """Whether the peer's silence under ``s`` is long enough to suspect a restart: also
+        four of the transport's probe timeouts toward it (from the round trips it measured:
+        a loaded peer's queue is in them, so a fleet's collector answering late is not taken
+        for a restart). Noted when so (a new handshake that finds the same incarnation then
+        doubles the next silence)."""
+        if self._rtt_of is not None and now - s.last_recv <= 4 * self._rtt_of(s.peer):
+            return False
         s.silenced = True
         return True
 
@@ -173,7 +177,7 @@ class SecureLayer(ResponderPart):
                 or (s.unanswered > UNANSWERED_REHANDSHAKE
                     and now - s.last_recv > max(s.silence_s, 4 * s.rtt)
                     and (s.confirmed or s.initiate_tries > FAST_TRIES)
-                    and self._silence(s)))
+                    and self._silence(s, now)))
 
     def seal_many(self, peer: str, plains: list[bytes], addr: Address, now: float,
                   out: list[tuple[bytes, Address]]) -> None:
@@ -239,7 +243,9 @@ class SecureLayer(ResponderPart):
             s.initiate_tries += 1
             self.stats.initiate_resends += 1
             self._control.append((s.initiate, s.addr))
-            nxt = min(nxt, now + self._resend_after(s.initiate_tries + 1))
+            # (A busy responder, one that sent a RETRY: no fast tries, the resends double.)
+            after = self._resend_after(s.initiate_tries + 1 + (FAST_TRIES if s.busy else 0))
+            nxt = min(nxt, now + after)
         elif s.candidate is not None:
             if s.challenge_tries >= CHALLENGE_TRIES:
                 s.candidate = None

@@ -26,7 +26,7 @@ class Session:
                  "incarnation", "created", "last_recv", "last_sent", "confirmed",
                  "initiate", "initiate_tries", "rtt", "unanswered", "rekey_at", "reject_at",
                  "timer_at", "alive", "next_send_at", "handshake_key", "paced_at",
-                 "silence_s", "silenced")
+                 "silence_s", "silenced", "busy")
 
     def __init__(self, peer: str, local_index: int, remote_index: int,
                  keys: tuple[bytes, bytes], initiator: bool, incarnation: int, addr: Address,
@@ -68,3 +68,6 @@ class Session:
         #: that found the peer only slow); ``silenced``: it did so from this session.
         self.silence_s = 1.0
         self.silenced = False
+        #: The responder answered our HELLO with a RETRY (past its handshake rate): it is
+        #: loaded, so this first exchange's resends and probes back off from the first.
+        self.busy = False

@@ -148,7 +148,8 @@ class SecureState:
                  backoff_cap_s: float = 2.0, timeout_s: float = HANDSHAKE_TIMEOUT_S,
                  retry_rate: float = 2000.0,
                  on_session: Callable[[str, float, bool], None] | None = None,
-                 pacer: FirstProbePacer | None = None) -> None:
+                 pacer: FirstProbePacer | None = None,
+                 rtt_of: Callable[[str], float] | None = None) -> None:
         self.id = node_id
         self.key = key
         self.trust = trust
@@ -163,6 +164,10 @@ class SecureState:
         #: The node-wide pace of first exchanges' probes (shared with Exon's probe timeouts):
         #: HELLO and INITIATE resends take their slots from it.
         self._pacer = pacer or FirstProbePacer()
+        #: ``rtt_of(peer)``: the transport's probe timeout toward the peer, from the round
+        #: trips it measured (0: none): the silence rule waits four of them before it
+        #: suspects a restart.
+        self._rtt_of = rtt_of
         self._rate = handshake_rate
         # HELLOs without a token, metered: each takes one (answered or not), down to a debt
         # of a second's worth; a key exchange only while one is left. A flood past the rate
@@ -224,6 +229,12 @@ class SecureState:
         """Whether what is sent to ``peer`` now waits in a handshake's queue (a handshake runs
         and no session seals for it): a probe then would only add a copy to that queue."""
         return peer in self._pending and peer not in self._current
+
+    def loaded(self, peer: str) -> bool:
+        """Whether ``peer`` answered our handshake's HELLO with a RETRY (it was past its
+        handshake rate): a first exchange with it backs off from its first probe."""
+        s = self._current.get(peer)
+        return s is not None and s.busy
 
     def has_output(self) -> bool:
         return bool(self._control)
