@@ -4,6 +4,7 @@ exact scenario against our protocol, which must not have it."""
 from __future__ import annotations
 
 import tracemalloc
+from typing import Any
 
 import pytest
 
@@ -200,24 +201,53 @@ def test_f6_karn_a_retransmitted_token_measures_only_its_named_copy() -> None:
     assert a.path_stats("b")["srtt_s"] < srtt  # a sample of 0, from the copy
 
 
-def test_f6_karn_no_rtt_sample_from_an_ack_that_does_not_name_the_copy() -> None:
-    """An ACK that does not say how the token arrived (the receiver no longer holds the
-    record) could answer either copy: Karn's rule, no sample."""
-    p = Pair("a", "b")
+def _resent_token(p: Pair) -> tuple[int, tuple[Any, ...]]:
+    """Warm a's path to b, then lose everything until a's probe has sent a token again;
+    returns its slot and entry, at the time of its newest copy."""
     a = p.nodes["a"]
     a.send("b", b"warm", p.now)
     p.transfer()
-    srtt = a.path_stats("b")["srtt_s"]
     p.filter = lambda data, src, dst: False  # everything lost: the probe sends copies
     a.send("b", b"lost", p.now)
-    p.advance(0.02)
     rec = a._sr["b"]
-    (s, tok), = rec.tokens.items()
-    assert tok[4] > 1
+    for _ in range(1000):
+        p.advance(0.0001)
+        (s, tok), = rec.tokens.items()
+        if tok[4] > 1:
+            return s, tok
+    raise AssertionError("no copy sent")
+
+
+def test_f6_karn_no_rtt_sample_from_an_ack_that_does_not_name_the_copy() -> None:
+    """An ACK that does not say how the token arrived (the receiver no longer holds the
+    record) could answer either copy: Karn's rule, no sample (the ACK comes within the
+    path's timeout after the newest copy: it may answer that copy at once)."""
+    p = Pair("a", "b")
+    a = p.nodes["a"]
+    s, tok = _resent_token(p)
+    srtt = a.path_stats("b")["srtt_s"]
+    rec = a._sr["b"]
+    assert p.now - tok[3] < rec.path.base_pto()
     ack = wire.encode_header("b", "a") + wire.encode_ack(tok[1], [(s, 1)])
-    a.receive_datagram(ack, "b", p.now + 0.01)
+    a.receive_datagram(ack, "b", p.now)
     assert not rec.tokens
     assert a.path_stats("b")["srtt_s"] == srtt  # the ambiguous sample was not taken
+
+
+def test_an_ack_of_copies_all_older_than_the_timeout_is_a_lower_bound_sample() -> None:
+    """The same ACK, later than the path's timeout after the newest copy: whichever copy it
+    answers, the round trip is at least that long (a receiver whose queue grew past the
+    timeout is otherwise never measured again): a sample of that lower bound."""
+    p = Pair("a", "b")
+    a = p.nodes["a"]
+    s, tok = _resent_token(p)
+    srtt = a.path_stats("b")["srtt_s"]
+    rec = a._sr["b"]
+    late = 4 * rec.path.base_pto()
+    ack = wire.encode_header("b", "a") + wire.encode_ack(tok[1], [(s, 1)])
+    a.receive_datagram(ack, "b", tok[3] + late)
+    assert not rec.tokens
+    assert a.path_stats("b")["srtt_s"] > srtt  # the lower bound was taken
 
 
 def test_f6_rtt_is_per_peer() -> None:

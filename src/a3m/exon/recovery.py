@@ -4,22 +4,28 @@ On the lines of QUIC's (RFC 9002), with Exon's slots in the role of packet numbe
 argument and the constants are in ``docs/exon-wire.md`` ("Loss recovery"):
 
 - **RTT**: smoothed RTT and variance (RFC 6298 weights), minimum RTT, latest sample. Samples
-  come only from first transmissions (a token resent keeps its slot, so the ACK of a
-  retransmission is ambiguous: Karn's rule) and from SLOTS answering a first REQSLOTS.
+  come from first transmissions; from a token sent again when the ACK's copy ranges (wire
+  version 5) say which copy arrived (only the first: that copy's time; the one copy sent
+  again: its own); never from a token sent three times or more or an ACK that does not say
+  (Karn's rule); from SLOTS answering the REQSLOTS copy it echoes; and, as a lower bound,
+  from an ACK of resent tokens only whose newest copy left longer ago than the probe
+  timeout (a round trip that grew past the timeout, a loaded receiver's queue, is otherwise
+  never measured again). One sample per datagram read (its ACK frames are one ACK).
 - **Probe timeout** = srtt + max(4 rttvar, granularity) + the peer's largest ACK delay,
   doubled on each consecutive expiry and back to its base on any acknowledged progress;
   before any sample, the initial timeout, held for ``UNSAMPLED_STEADY_PTOS`` expiries
-  before it doubles.
+  before it doubles, unless the peer said it is loaded (a RETRY in the handshake: the
+  back-off then doubles from the first expiry, as load is not loss).
 - **Loss detection**: a token is lost when one sent 3 transmissions later was acknowledged
   (packet threshold), or when one sent later was acknowledged and it is older than 9/8 of
-  max(srtt, latest RTT) (time threshold). Once the path shows reordering (a first
-  transmission acknowledged after a later one), only the time threshold is used, as RACK
-  does (RFC 8985): on such a path the packet threshold retransmits what is merely late
-  (three spurious retransmissions count as such evidence too); and each retransmission found
-  spurious (its ACK came back sooner after it than half the minimum
-  RTT: it acknowledged the first copy) widens the time threshold by a quarter, up to 4x. The
-  protocol scans its tokens; this object keeps the transmission sequence, the largest
-  acknowledged one and the thresholds.
+  max(srtt, latest RTT) (time threshold). A token acknowledged whose first copy is what
+  arrived credits the first copy's transmission number, never the later copy's (that number
+  would make every token sent between the two look overtaken: the spurious fast
+  retransmissions of issue 31). Once the path shows reordering (a first transmission
+  acknowledged after a later one, or three tokens declared lost whose first copy arrived:
+  RACK's DSACK, RFC 8985), only the time threshold is used, and each such needless
+  retransmission widens it by a quarter, up to 4x. The protocol scans its tokens; this
+  object keeps the transmission sequence, the largest acknowledged one and the thresholds.
 - **Congestion control**, model-based on BBR's lines: the window is 2 x the largest recent
   delivery rate x the minimum RTT (at least 2 datagrams; 10 before any measure). While the
   path delivers more than before, the window doubles each round trip (a slow start); random
@@ -27,8 +33,9 @@ argument and the constants are in ``docs/exon-wire.md`` ("Loss recovery"):
   and at 5 % loss hold a stream to a few datagrams per round trip); a bottleneck bounds it at
   twice its bandwidth-delay product (a bounded queue, never a collapse); a round trip that
   loses more than 15 % of what it sent, while the smoothed loss rate over rounds is above 15 %
-  too, halves the rate estimate (congestion beyond what a lossy link explains); three probe
-  timeouts in a row collapse it to the minimum.
+  too, halves the rate estimate (congestion beyond what a lossy link explains; paced, only
+  with a queue standing, and in startup or drain it ends startup instead: those losses are
+  startup's own overshoot); three probe timeouts in a row collapse it to the minimum.
 - **Pacing**, BBR's: new tokens leave at a pacing rate, gain x the delivery-rate estimate, and
   the window is only a cap; without it a window leaves in one burst, and a shallow queue at a
   bottleneck drops most of it. The gain is 2.89 while the delivery rate still grows by a
