@@ -227,14 +227,14 @@ def call(system: str, host: str, concurrency: int, duration: float, size: int,
             "p99_ms": pct(0.99), "max_ms": round(lat[-1] * 1e3, 2) if n else 0.0, **extra}
 
 
-def _count(recv: Callable[[], Any], messages: int) -> tuple[float, int]:
-    """Receive ``messages``; (time of the first, how many)."""
+def _count(recv: Callable[[], Any], messages: int) -> tuple[float, float, int]:
+    """Receive ``messages``; (time of the first, time of the last, how many)."""
     recv()
     t0, got = time.perf_counter(), 1
     while got < messages:
         recv()
         got += 1
-    return t0, got
+    return t0, time.perf_counter(), got
 
 
 def pull(system: str, host: str, messages: int) -> dict[str, Any]:
@@ -252,12 +252,15 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
             t0, got = clock(), 1
             last, stall, stall_at = t0, 0.0, 0
             tenth, t_tenth = max(1, messages // 10), 0.0
+            step, progress = max(1, messages // 30), []  # when each 30th of it had come
             while got < messages:
                 sock.recv(timeout=60)
                 got += 1
                 t = clock()
                 if got == tenth:
                     t_tenth = t
+                if not got % step:
+                    progress.append(round(t - t0, 3))
                 if t - last > stall:
                     stall, stall_at = t - last, got
                 last = t
@@ -265,11 +268,15 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
             extra = {k: st[k] for k in ("datagrams_in", "duplicates", "datagrams_out")}
             # the longest wait between two messages, and the message it ended at: a stream
             # that lost most of its rate to one stall shows it here
-            extra.update(longest_stall_ms=round(stall * 1e3, 1), stall_at=stall_at)
+            extra.update(longest_stall_ms=round(stall * 1e3, 1), stall_at=stall_at,
+                         progress_s=progress)
             # the rate after the first tenth: the stream without its start (the window's and
             # the pacer's search for the path's rate, a large share of a short run)
             if t_tenth and last > t_tenth:
                 extra["steady_msgs_per_s"] = round((got - tenth) / (last - t_tenth))
+            t = clock()
+            extra["close_clean"] = node.close(timeout=10)
+            extra["close_s"] = round(clock() - t, 3)
     elif system == "pyzmq":
         import zmq
 
@@ -277,7 +284,7 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
         s = ctx.socket(zmq.PULL)
         s.bind(f"tcp://{host}:{PORT}")
         _ready()
-        t0, got = _count(s.recv, messages)
+        t0, last, got = _count(s.recv, messages)
         s.close(linger=0)
         ctx.term()
         extra = {}
@@ -286,9 +293,12 @@ def pull(system: str, host: str, messages: int) -> dict[str, Any]:
 
         with pynng.Pull0(listen=f"tcp://{host}:{PORT}") as s:
             _ready()
-            t0, got = _count(s.recv, messages)
+            t0, last, got = _count(s.recv, messages)
         extra = {}
-    elapsed = clock() - t0
+    # From the first message to the last: not to the end of the node's close (which waits
+    # for the link's graceful end; counted in, a close that took 10 s once made a 2.3 s
+    # stream read as 24 k msg/s instead of 130 k, the "slow first phase" of earlier notes)
+    elapsed = last - t0
     return {"received": got, "msgs_per_s": round((got - 1) / elapsed) if elapsed else 0,
             **extra}
 
@@ -304,16 +314,30 @@ def push(system: str, host: str, messages: int, size: int) -> dict[str, Any]:
             sock.link(("stream-sink", "in"))
             if not sock.wait_linked(timeout=30):
                 raise RuntimeError("no link to the sink")
-            for _ in range(messages):
+            trace = _Trace(node, "stream-sink", os.environ.get("A3M_EMULATED_TRACE"))
+            for i in range(messages):
                 sock.send(data, timeout=60)
+                trace.sent = i + 1
+            t = time.perf_counter()
             node.flush(timeout=120)
+            flush_s = time.perf_counter() - t
+            trace.stop()
             st = node.stats["exon"]
-            return {"messages_per_datagram": round(st["tokens_sent"] / max(1, st["datagrams_out"]),
-                                                   2),
-                    **{k: st[k] for k in ("retransmits", "fast_retransmits", "probe_timeouts",
-                                          "congestion_events", "pacer_holds",
-                                          "datagrams_out", "datagrams_in")},
-                    "recovery": node._proto.path_stats("stream-sink")}
+            out = {"messages_per_datagram": round(st["tokens_sent"] / max(1, st["datagrams_out"]),
+                                                  2),
+                   **{k: st[k] for k in ("retransmits", "fast_retransmits", "probe_timeouts",
+                                         "congestion_events", "pacer_holds",
+                                         "datagrams_out", "datagrams_in")},
+                   "recovery": node._proto.path_stats("stream-sink"),
+                   "flush_s": round(flush_s, 3)}
+            t = time.perf_counter()
+            out["sock_close_clean"] = sock.close(timeout=10)
+            out["sock_close_s"] = round(time.perf_counter() - t, 3)
+            out["close_clean"] = node.close(timeout=10)
+            out["close_s"] = round(time.perf_counter() - t, 3)
+            out["exon_after"] = {k: v for k, v in node.stats["exon"].items()
+                                 if isinstance(v, int) and v}
+            return out
     if system == "pyzmq":
         import zmq
 
@@ -332,6 +356,41 @@ def push(system: str, host: str, messages: int, size: int) -> dict[str, Any]:
             s.send(data)
         time.sleep(1.0)  # NNG has no linger: let the last messages leave
     return {}
+
+
+class _Trace:
+    """With a file name (``A3M_EMULATED_TRACE``), the sender's path state every 20 ms as JSON
+    lines: the messages sent, Exon's counters and the path's recovery state (the window,
+    the rate estimate, the pacing phase). A diagnostic: the reads race the I/O thread."""
+
+    def __init__(self, node: Any, peer: str, path: str | None) -> None:
+        self.sent = 0
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        if path:
+            self._thread = threading.Thread(target=self._run, args=(node, peer, path),
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self, node: Any, peer: str, path: str) -> None:
+        t0 = time.perf_counter()
+        with open(path, "a") as f:
+            f.write(json.dumps({"start": time.time(), "pid": os.getpid()}) + "\n")
+            while not self._done.wait(0.02):
+                try:
+                    st = node.stats["exon"]
+                    row = {"t": round(time.perf_counter() - t0, 3), "sent": self.sent,
+                           **{k: st[k] for k in ("datagrams_out", "retransmits",
+                                                 "probe_timeouts", "pacer_holds")},
+                           **node._proto.path_stats(peer)}
+                except Exception as e:  # (a racing read: note it, go on)
+                    row = {"error": repr(e)}
+                f.write(json.dumps(row) + "\n")
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def _usage() -> dict[str, Any]:
