@@ -3,6 +3,7 @@ peer's close is prompt and clean too (docs/exon-wire.md, "Closing: the linger").
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -10,6 +11,7 @@ import pytest
 
 import a3m
 from a3m.exon import Endpoint
+from a3m.runtime import driver
 from a3m.testing.relay import FaultRelay
 
 NET = {"loopback_datagram_size": 0}  # through the relay: a network-sized MTU
@@ -160,3 +162,73 @@ def test_a_close_with_messages_past_the_exon_window_delivers_them_all() -> None:
     finally:
         snd.close(timeout=1)
         rcv.close(timeout=5)
+
+
+def _lingering_node(name: str, peer: a3m.Node) -> a3m.Node:
+    """A node that sent ``peer`` a message and closed cleanly: it lingers (a long linger, so
+    only wait_lingering's own rules end the waits below)."""
+    a = a3m.Node(name, rto_max_s=0.25, rto_initial_s=0.1, close_linger_rtos=400.0)
+    a.associate(peer.id, peer.address)
+    pull = peer.socket(a3m.PULL, name)
+    push = a.socket(a3m.PUSH, "out")
+    push.link((peer.id, name))
+    push.send(b"x", timeout=5)
+    assert pull.recv(timeout=5) == b"x"
+    assert a.close(timeout=30) is True
+    assert a._driver.lingering
+    return a
+
+
+def test_the_exit_wait_ends_once_a_lingering_node_is_quiet() -> None:
+    """At the interpreter's exit (atexit), wait_lingering keeps a lingering node's daemon I/O
+    thread answering its peers while they still speak; with nobody speaking it ends after
+    the node's quiet spell, not at its bound nor at the linger's end (100 s here)."""
+    with a3m.Node("b") as b:
+        a = _lingering_node("a", b)
+        try:
+            drv = a._driver
+            assert drv.linger_quiet_s >= driver.EXIT_QUIET_MIN_S
+            waited = driver.wait_lingering(max_s=60.0)
+            assert waited < 60.0  # the quiet spell ended it, well before its bound
+            assert drv.lingering  # the linger itself goes on, in the background
+        finally:
+            driver.end_lingering("a")
+
+
+def test_the_exit_wait_lasts_while_a_peer_still_speaks() -> None:
+    """Datagrams keep coming to the lingering node (a peer sending its last token again, as
+    when our ACK was lost): the wait lasts until they stop, then a quiet spell. Counted by
+    events: the sender has sent all its datagrams when the wait returns."""
+    with a3m.Node("b") as b:
+        a = _lingering_node("a2", b)
+        try:
+            drv = a._driver
+            drv.linger_quiet_s = 1.0  # longer than any pause of this machine between sends
+            sent = [0]
+
+            def speak() -> None:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    for _ in range(60):  # 3 s: past a quiet spell from the linger's start
+                        s.sendto(b"\x00" * 8, a.address)
+                        sent[0] += 1
+                        time.sleep(0.05)
+
+            th = threading.Thread(target=speak)
+            th.start()
+            while not sent[0]:
+                time.sleep(0.005)
+            driver.wait_lingering(max_s=120.0)
+            assert sent[0] == 60  # it waited for the last one (and then the quiet spell)
+            th.join()
+        finally:
+            driver.end_lingering("a2")
+
+
+def test_the_exit_wait_has_a_bound() -> None:
+    with a3m.Node("b") as b:
+        a = _lingering_node("a3", b)
+        try:
+            a._driver.linger_quiet_s = 1e6
+            assert driver.wait_lingering(max_s=0.2) >= 0.2
+        finally:
+            driver.end_lingering("a3")

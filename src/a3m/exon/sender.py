@@ -198,6 +198,17 @@ class SenderPart(ProtocolState):
         path = self._paths.get(peer)
         return path.srtt if path is not None and path.sampled else None
 
+    def max_peer_pto(self) -> float:
+        """The largest probe timeout, without back-off, of the paths measured (0: none): how
+        long a peer may take to send a lost token again (the runtime's exit linger)."""
+        longest = 0.0
+        for path in self._paths.values():
+            if path.sampled:
+                t = path.base_pto()
+                if t > longest:
+                    longest = t
+        return longest
+
     def peer_pto(self, peer: str) -> float:
         """The probe timeout of the path to ``peer`` without back-off (0 before any RTT
         sample): the secure layer's silence rule waits four of them (a loaded peer's queue

@@ -28,6 +28,7 @@ starts in this process.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import select
@@ -77,6 +78,35 @@ EventHandler = Callable[["deque[Event]", float], None]
 #: id or port ends their linger first (one incarnation of an id at a time; the port is free).
 _LINGERING: set[Driver] = set()
 _LINGERING_LOCK = threading.Lock()
+
+
+#: At the interpreter's exit a node that lingers after its clean close (its I/O thread is a
+#: daemon: it would die with the process) keeps answering its peers until it has heard
+#: nothing for EXIT_QUIET_PTOS of its paths' probe timeouts (at least EXIT_QUIET_MIN_S), and
+#: EXIT_LINGER_MAX_S at most in all: a peer whose last token's ACK was lost sends it again
+#: within its timeout, and its close then completes instead of waiting its own timeout out.
+EXIT_QUIET_PTOS = 3
+EXIT_QUIET_MIN_S = 0.1
+EXIT_LINGER_MAX_S = 2.0
+
+
+def wait_lingering(max_s: float = EXIT_LINGER_MAX_S) -> float:
+    """Wait while a lingering driver of this process still hears its peers (each until it
+    has been quiet for its ``linger_quiet_s``), ``max_s`` at most; returns the time waited.
+    Called at the interpreter's exit (atexit); a program may call it itself."""
+    start = time.monotonic()
+    end = start + max_s
+    while True:
+        with _LINGERING_LOCK:
+            found = [d for d in _LINGERING if isinstance(d, Driver) and d.lingering]
+        now = time.monotonic()
+        if not found or now >= end or all(now - d.linger_heard >= d.linger_quiet_s
+                                          for d in found):
+            return now - start
+        time.sleep(0.01)
+
+
+atexit.register(wait_lingering)
 
 
 def end_lingering(node_id: str | None = None, port: int = 0) -> None:
@@ -256,6 +286,10 @@ class Driver:
         self.poll_hits = 0  # leader waits that a brief poll ended (diagnostics)
         self._running = True
         self._lingering = False  # closed for the application, answering peers (linger)
+        #: While lingering: when a datagram last came, and how long a quiet spell lets the
+        #: interpreter's exit go on (wait_lingering).
+        self.linger_heard = 0.0
+        self.linger_quiet_s = EXIT_QUIET_MIN_S
         self._fds_open = True
         self.io_errors = 0
         self.loop_errors = 0
@@ -583,6 +617,9 @@ class Driver:
             _LINGERING.add(self)
         with self.lock:
             if self._running:
+                self.linger_heard = time.monotonic()
+                self.linger_quiet_s = max(EXIT_QUIET_MIN_S,
+                                          EXIT_QUIET_PTOS * self.proto.max_peer_pto())
                 self._lingering = True
                 self._on_events = _drop_events
                 self._on_turn = None
@@ -720,6 +757,8 @@ class Driver:
             # the path's (2.6 ms on a 10 ms path, measured), and the congestion window, sized
             # from the least RTT, shrank round after round. A later time only lengthens one.
             now = time.monotonic()
+            if batch and self._lingering:
+                self.linger_heard = now  # a peer still speaks: the exit waits (wait_lingering)
             errors, changed = protocol_step(proto, batch, self._events, self._on_events,
                                             self._on_turn, now)
             self.event_errors += errors
