@@ -218,8 +218,13 @@ def test_100_idle_peers_are_forgotten_and_memory_returns() -> None:
         tracemalloc.stop()
         # All 100 peers' records are gone; what stays is per-id caches (headers, addresses).
         print(f"hub memory: base {base} B, peak {peak} B, after idle {now} B")
-        # Trust on first use keeps each peer's key for the hub's life (~100 B a peer).
-        assert now - base < 130_000, now - base
+        # What a forgotten peer leaves, by design, ~1.3 KB (measured 127-132 KB for 100, of
+        # which 76 KB allocated under receive_datagrams): its key, kept by trust on first use
+        # for the hub's life (~100 B); its path's RTT and rate model (PathRecovery, 49 slots
+        # since pacing: kept for up to 4096 paths, so a peer that comes back starts from what
+        # was measured); its id and address in the header caches. A session or a record left
+        # behind costs several KB each: 100 of them would be far above this bound.
+        assert now - base < 160_000, now - base
 
 
 def _restart_mid_stream(tmp_path: Any, graceful: bool) -> tuple[Endpoint, list[bytes], int]:
