@@ -271,3 +271,30 @@ def test_a_round_trip_that_outgrew_the_probe_timeout_is_measured_again() -> None
         counts.append(a.stats.retransmits - before)
     assert counts[0] >= 4  # the first one finds the old timeout
     assert sum(counts[2:]) <= 4, counts
+
+
+def test_the_handshake_round_trip_floors_the_first_probe_timeout() -> None:
+    """0.5 s each way: the WELCOME comes 1 s after the first HELLO, 0.2 s after its newest
+    copy (the fast tries resent it every 0.2 s): the round trip is at least 0.2 s, whichever
+    copy it answers. Exon's first exchange with that peer then probes no sooner than a first
+    sample of that would give (3 x 0.2 s and the ACK delay), not at the 0.2 s guess; on a
+    fast path the guess stays. Not a sample: the least RTT waits for Exon's own."""
+    slow = SecureNet("a", "b", one_way_s=0.5)
+    a = slow.nodes["a"]
+    sec = a.secure
+    assert sec is not None
+    slow.send("a", "b", b"x")
+    assert slow.run(5, lambda: "b" in sec._current)
+    assert 0.19 <= sec.handshake_rtt("b") <= 1.0
+    stats = a.path_stats("b")
+    assert stats["pto_s"] >= 3 * sec.handshake_rtt("b"), stats
+    assert stats["srtt_s"] == 0.0 and stats["min_rtt_s"] == 0.0, stats  # (no sample yet)
+    assert slow.run(5, lambda: slow.got("b") == [b"x"])
+    fast = SecureNet("a", "b", one_way_s=0.005)
+    fa = fast.nodes["a"]
+    fast.send("a", "b", b"x")
+    fsec = fa.secure
+    assert fsec is not None
+    assert fast.run(5, lambda: "b" in fsec._current)
+    assert 0 < fsec.handshake_rtt("b") < 0.05
+    assert fa.path_stats("b")["pto_s"] == pytest.approx(ExonConfig().rto_initial_s)

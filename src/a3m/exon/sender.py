@@ -734,8 +734,10 @@ class SenderPart(ProtocolState):
             if path.pto_count:
                 path.on_progress()
             sec = self._sec
-            if sec is not None and sec.loaded(peer):
-                path.set_loaded()  # it sent a RETRY: back off from the first probe
+            if sec is not None:
+                if sec.loaded(peer):
+                    path.set_loaded()  # it sent a RETRY: back off from the first probe
+                path.seed_pto(sec.handshake_rtt(peer))
         rec = self._sr.get(peer)
         if rec is not None and rec.alive and (rec.tokens or rec.req_out):
             rec.last_sent = now

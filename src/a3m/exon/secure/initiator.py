@@ -58,6 +58,7 @@ class InitiatorPart(PathsPart):
         self.stats.retries_received += 1
         init.token = bytes(data[p.RETRY_HDR.size:])
         self._control.append((init.hello(), init.addr))
+        init.sent_at = now  # the HELLO with the token is the one now awaited
         # A RETRY says the responder is past its handshake rate (busy), not that the path
         # loses: the fast tries (made for loss) end, the resends double from here, so a
         # fleet that started at once does not keep a loaded responder five times busier.
@@ -99,6 +100,7 @@ class InitiatorPart(PathsPart):
                       + w.cookie + msg3)
         s.rtt = now - init.started
         s.busy = bool(init.token)  # it sent us a RETRY: loaded
+        s.rtt_sample = now - init.sent_at  # (from the newest copy: a lower bound)
         st.handshakes_completed += 1
         self._install(s, now)
         self._control.append((s.initiate, s.addr))
@@ -135,6 +137,7 @@ class InitiatorPart(PathsPart):
         if not self._paced(init, now):
             return  # a first exchange's resend, waiting for its slot of the node's pace
         self.stats.hello_resends += 1
+        init.sent_at = now
         self._control.append((init.hello(), init.addr))
         self._arm(init, now + self._resend_after(init.tries))
         init.tries += 1

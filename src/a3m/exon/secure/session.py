@@ -26,7 +26,7 @@ class Session:
                  "incarnation", "created", "last_recv", "last_sent", "confirmed",
                  "initiate", "initiate_tries", "rtt", "unanswered", "rekey_at", "reject_at",
                  "timer_at", "alive", "next_send_at", "handshake_key", "paced_at",
-                 "silence_s", "silenced", "busy")
+                 "silence_s", "silenced", "busy", "rtt_sample")
 
     def __init__(self, peer: str, local_index: int, remote_index: int,
                  keys: tuple[bytes, bytes], initiator: bool, incarnation: int, addr: Address,
@@ -71,3 +71,5 @@ class Session:
         #: The responder answered our HELLO with a RETRY (past its handshake rate): it is
         #: loaded, so this first exchange's resends and probes back off from the first.
         self.busy = False
+        #: The initiator's lower bound of the handshake's round trip (0: none).
+        self.rtt_sample = 0.0

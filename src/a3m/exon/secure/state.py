@@ -110,7 +110,8 @@ class Initiation:
     """A handshake this node started (the only handshake state anyone keeps)."""
 
     __slots__ = ("peer", "index", "e", "sym", "msg1", "token", "addr", "tries", "timer_at",
-                 "alive", "queue", "queued_bytes", "last_used", "started", "paced_at")
+                 "alive", "queue", "queued_bytes", "last_used", "started", "paced_at",
+                 "sent_at")
 
     def __init__(self, peer: str, index: int, e: NodeKey, sym: SymmetricState, msg1: bytes,
                  addr: Address, now: float) -> None:
@@ -129,6 +130,9 @@ class Initiation:
         self.last_used = now
         self.started = now
         self.paced_at = 0.0  # the slot of the node's first-probe pace a resend waits for
+        #: When the newest copy of the HELLO now awaited left: its answer came at least
+        #: that long after it, whichever copy it answers (a lower bound of the round trip).
+        self.sent_at = now
 
     def hello(self) -> bytes:
         head = p.HELLO_HDR.pack(p.VERSION, p.HELLO, len(self.token)) + self.token + self.msg1
@@ -231,6 +235,13 @@ class SecureState:
         """Whether what is sent to ``peer`` now waits in a handshake's queue (a handshake runs
         and no session seals for it): a probe then would only add a copy to that queue."""
         return peer in self._pending and peer not in self._current
+
+    def handshake_rtt(self, peer: str) -> float:
+        """A lower bound of the round trip of our handshake with ``peer``: from the newest
+        copy of our HELLO to the WELCOME (0: we did not initiate). A first exchange's probes
+        wait at least about that long (a loaded responder's queue is in it)."""
+        s = self._current.get(peer)
+        return s.rtt_sample if s is not None else 0.0
 
     def loaded(self, peer: str) -> bool:
         """Whether ``peer`` answered our handshake's HELLO with a RETRY (it was past its
