@@ -16,7 +16,7 @@ from a3m.exon import ExonConfig
 from a3m.testing.sim import LinkModel, Network
 from a3m.testing.sim_node import NodeHost
 
-from .conftest import SIMULATED
+from .stream import push_pull
 
 RTT_S = 0.010
 RATE = 12_500_000.0  # bytes/s: 100 Mbit/s
@@ -29,37 +29,9 @@ def stream(queue_s: float, pacing: bool = True, loss: float = 0.0,
     sender and the stream's virtual duration (first send to last delivery)."""
     net = Network(seed, LinkModel(loss=loss, delay_s=RTT_S / 2, jitter_s=0.0,
                                   rate_bytes_s=RATE, queue_s=queue_s))
-    rng = Random(seed)
     cfg = ExonConfig(loopback_datagram_size=0, pacing=pacing)
-    h = {x: NodeHost(x, rng, cfg) for x in ("a", "b")}
-    for x in h:
-        net.add(x, h[x])
-    h["a"].proto.associate("b", net.address["b"])
-    h["b"].proto.associate("a", net.address["a"])
-    push = h["a"].core.create("PUSH", "src")
-    pull = h["b"].core.create("PULL", "sink")
-    got: list[bytes] = []
-    sent = [0]
-    start = [-1.0]
-
-    def app_a(host: NodeHost, now: float) -> None:
-        while sent[0] < N and push.try_send(b"%063d" % sent[0]):
-            if start[0] < 0:
-                start[0] = now
-            sent[0] += 1
-
-    def app_b(host: NodeHost, now: float) -> None:
-        while (r := pull.try_recv()) is not None:
-            got.append(r.payload)
-
-    h["a"].app, h["b"].app = app_a, app_b
-    push.link(("b", "sink"), 0.0)
-    net.flush("a")
-    net.run_until(lambda: len(got) >= N, max_time=120, what="stream")
-    assert got == [b"%063d" % i for i in range(N)]  # exactly once, in order
-    SIMULATED["messages"] += N
-    SIMULATED["runs"] += 1
-    return net, h["a"], net.now - start[0]
+    st = push_pull(net, Random(seed), cfg, N)
+    return net, st.hosts["a"], net.now - st.first_sent
 
 
 def test_a_paced_stream_loses_few_datagrams_to_a_shallow_queue() -> None:

@@ -331,12 +331,8 @@ def push(system: str, host: str, messages: int, size: int) -> dict[str, Any]:
                    "recovery": node._proto.path_stats("stream-sink"),
                    "flush_s": round(flush_s, 3)}
             t = time.perf_counter()
-            out["sock_close_clean"] = sock.close(timeout=10)
-            out["sock_close_s"] = round(time.perf_counter() - t, 3)
             out["close_clean"] = node.close(timeout=10)
             out["close_s"] = round(time.perf_counter() - t, 3)
-            out["exon_after"] = {k: v for k, v in node.stats["exon"].items()
-                                 if isinstance(v, int) and v}
             return out
     if system == "pyzmq":
         import zmq

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from a3m.errors import UsageError
+from a3m.exon.pacer import FIRST_PROBE_RATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ class ExonConfig:
     #: burst of a tenth of a second's worth: beyond it each waits for its slot
     #: (``a3m.exon.pacer``). One link, or a few dozen, never waits; a node starting
     #: thousands of first exchanges at once does not flood itself and its peers. 0: no pace.
-    first_probe_rate: float = 200.0
+    first_probe_rate: float = FIRST_PROBE_RATE
     #: Longest an ACK waits for a frame to the same peer to ride with (a reply, usually), so a
     #: request/reply exchange costs one datagram each way instead of two; 0 = ack at once.
     #: Duplicates, a second datagram of tokens and closing are acknowledged at once.

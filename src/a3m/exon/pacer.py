@@ -44,3 +44,15 @@ class FirstProbePacer:
             return now
         self.deferred += 1
         return t
+
+    def admit(self, reserved: float, now: float, grace: float) -> float:
+        """For a probe that holds the slot ``reserved`` (0: none): 0.0 when it may go now
+        (its slot came, within ``grace`` of it, or the schedule has room), else the slot it
+        waits for (the one it held, or a new one reserved for it)."""
+        if reserved:
+            if reserved <= now < reserved + grace:
+                return 0.0
+            if now < reserved:
+                return reserved
+        t = self.slot(now)
+        return 0.0 if t <= now else t

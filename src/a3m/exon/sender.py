@@ -201,13 +201,7 @@ class SenderPart(ProtocolState):
     def max_peer_pto(self) -> float:
         """The largest probe timeout, without back-off, of the paths measured (0: none): how
         long a peer may take to send a lost token again (the runtime's exit linger)."""
-        longest = 0.0
-        for path in self._paths.values():
-            if path.sampled:
-                t = path.base_pto()
-                if t > longest:
-                    longest = t
-        return longest
+        return max(map(self.peer_pto, self._paths), default=0.0)
 
     def peer_pto(self, peer: str) -> float:
         """The probe timeout of the path to ``peer`` without back-off (0 before any RTT
@@ -438,49 +432,43 @@ class SenderPart(ProtocolState):
                             sample_at = tok[3]
                         if tok[5] < prev_largest:
                             reordered = True  # overtaken by a later transmission
-                        meta = tok[2]
-                        if meta is not None:
-                            if meta is run_meta:
-                                run += 1  # the next fragment of the same message
-                            else:
-                                if run:
-                                    self._receipt_progress(run_meta, run)
-                                run_meta, run = meta, 1
-                        continue
-                    if tok[3] > last_copy:
-                        last_copy = tok[3]
-                    orig = first_tx.pop(s, None)
-                    if copies is None:
-                        if tok[5] > largest and now - tok[3] >= too_soon:
-                            largest = tok[5]
-                            sample_at = -1.0  # which copy arrived is not known
-                        if now - tok[3] < spurious_within:
-                            spurious += 1  # acked too soon after the copy: the first was late
+                    else:
+                        if tok[3] > last_copy:
+                            last_copy = tok[3]
+                        orig = first_tx.pop(s, None)
+                        if copies is None:
+                            if tok[5] > largest and now - tok[3] >= too_soon:
+                                largest = tok[5]
+                                sample_at = -1.0  # which copy arrived is not known
+                            if now - tok[3] < spurious_within:
+                                spurious += 1  # acked too soon after the copy: the first
+                                needless += 1  # was late
+                        elif starts is None or not _within(starts, copies, s):
+                            # Only the first copy arrived: its transmission is the one
+                            # acknowledged (and measured), and each copy sent again was
+                            # needless. Declared lost, it was only late: reordering evidence
+                            # (RACK's DSACK). Sent by a probe, its ACK was late or lost: no
+                            # evidence of reordering.
                             needless += 1
-                    elif starts is None or not _within(starts, copies, s):
-                        # Only the first copy arrived: its transmission is the one acknowledged
-                        # (and measured), and each copy sent again was needless. Declared
-                        # lost, it was only late: reordering evidence (RACK's DSACK). Sent by
-                        # a probe, its ACK was late or lost: no evidence of reordering.
-                        needless += 1
-                        if orig is not None:
-                            if orig[2]:
-                                spurious += 1
-                            if orig[1] > largest:
-                                largest = orig[1]
-                                sample_at = orig[0]
-                    elif tx == 2:
-                        # The only copy sent again arrived: Karn's ambiguity is gone.
-                        if tok[5] > largest:
-                            largest = tok[5]
-                            sample_at = tok[3]
-                    elif tok[5] > largest and now - tok[3] >= too_soon:
-                        largest = tok[5]  # one of the copies sent again: which, not known
-                        sample_at = -1.0
+                            if orig is not None:
+                                if orig[2]:
+                                    spurious += 1
+                                if orig[1] > largest:
+                                    largest = orig[1]
+                                    sample_at = orig[0]
+                        elif tx == 2:
+                            # The only copy sent again arrived: Karn's ambiguity is gone.
+                            if tok[5] > largest:
+                                largest = tok[5]
+                                sample_at = tok[3]
+                        elif tok[5] > largest and now - tok[3] >= too_soon:
+                            largest = tok[5]  # one of the copies sent again: which is
+                            # not known
+                            sample_at = -1.0
                     meta = tok[2]
                     if meta is not None:
                         if meta is run_meta:
-                            run += 1
+                            run += 1  # the next fragment of the same message
                         else:
                             if run:
                                 self._receipt_progress(run_meta, run)
@@ -503,10 +491,10 @@ class SenderPart(ProtocolState):
                 and now - last_copy > path.base_pto()):
             # Only resent tokens, no copy known to be the one that arrived, and even the
             # newest copy among them left longer ago than the path's timeout: whichever copy
-            # this answers, the round trip is at least that long. Taken as a sample (a lower bound): a path whose round trip grew
-            # past its timeout (a loaded receiver's queue) is otherwise never measured
-            # again (every token is resent before its ACK comes) and resends every message
-            # several times, for ever. On a lossy path the copy that got through is
+            # this answers, the round trip is at least that long. Taken as a sample (a lower
+            # bound): a path whose round trip grew past its timeout (a loaded receiver's
+            # queue) is otherwise never measured again (every token is resent before its ACK
+            # comes) and resends every message several times, for ever. On a lossy path the copy that got through is
             # answered within the timeout: nothing changes there.
             path.on_rtt_sample(now - last_copy)
         path.on_progress()
@@ -658,20 +646,11 @@ class SenderPart(ProtocolState):
         """Whether the probe of ``rec``, a first exchange (no RTT sample to its peer yet), may
         go now: its reserved slot of the node's pace came, or the pace has room (else a slot
         is reserved for it: ``rec.probe_slot``)."""
-        slot = rec.probe_slot
-        if slot:
-            if slot <= now < slot + rec.path.pto:
-                rec.probe_slot = 0.0
-                return True
-            if now < slot:
-                return False
-        t = self._pacer.slot(now)
-        if t <= now:
-            rec.probe_slot = 0.0
-            return True
-        rec.probe_slot = t
-        self.stats.probes_deferred += 1
-        return False
+        held = rec.probe_slot
+        t = rec.probe_slot = self._pacer.admit(held, now, rec.path.pto)
+        if t and t != held:
+            self.stats.probes_deferred += 1
+        return not t
 
     def _probe(self, rec: SendRecord, now: float) -> None:
         """The probe timeout expired with nothing acknowledged since: send the oldest token or

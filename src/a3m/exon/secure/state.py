@@ -337,20 +337,12 @@ class SecureState:
         """Whether a resend of ``obj``'s HELLO or INITIATE may go now: its reserved slot of
         the node's first-probe pace came, or the pace has room; else a slot is reserved and
         ``obj``'s timer armed there (``a3m.exon.pacer``)."""
-        slot = obj.paced_at
-        if slot:
-            if slot <= now < slot + self._timeout:
-                obj.paced_at = 0.0
-                return True
-            if now < slot:
-                self._arm(obj, slot)
-                return False
-        t = self._pacer.slot(now)
-        if t <= now:
-            obj.paced_at = 0.0
+        held = obj.paced_at
+        t = obj.paced_at = self._pacer.admit(held, now, self._timeout)
+        if not t:
             return True
-        obj.paced_at = t
-        self.stats.probes_deferred += 1
+        if t != held:
+            self.stats.probes_deferred += 1
         self._arm(obj, t)
         return False
 
