@@ -1,21 +1,29 @@
 """Build: the sans-I/O cores (``a3m.exon``, ``a3m.core``) compiled by mypyc when a C compiler
-is there; everything else, and the cores' sources, as plain Python.
+is there, and the native data plane (``native/``, the Rust crate built into ``a3m._native``
+by setuptools-rust) when a Rust toolchain is there; everything else, and the cores' sources,
+as plain Python.
 
-A failed compilation warns and leaves the pure-Python package (it runs the same, slower);
-``A3M_PURE_BUILD=1`` skips the compilation. ``a3m.COMPILED`` tells which one runs.
-Metadata and dependencies are in ``pyproject.toml``.
+Each is optional: a failed or impossible build warns and leaves the Python package (it runs
+the same, slower). ``A3M_PURE_BUILD=1`` skips both; ``A3M_NO_NATIVE_BUILD=1`` skips only the
+native module. ``a3m.COMPILED`` and ``a3m.NATIVE`` tell which run. Metadata and dependencies
+are in ``pyproject.toml``.
 """
 
 from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import sys
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _on(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
 
 
 class OptionalBuildExt(build_ext):
@@ -40,7 +48,7 @@ class OptionalBuildExt(build_ext):
 
 
 def ext_modules() -> list:  # type: ignore[type-arg]
-    if os.environ.get("A3M_PURE_BUILD", "") not in ("", "0"):
+    if _on("A3M_PURE_BUILD"):
         return []
     try:
         from mypyc.build import mypycify
@@ -52,4 +60,25 @@ def ext_modules() -> list:  # type: ignore[type-arg]
     return mypycify(sources("src"), opt_level="3")
 
 
-setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
+def rust_extensions() -> list:  # type: ignore[type-arg]
+    """The native data plane, optional: without cargo (or setuptools-rust) the build says so
+    and the Python twins run."""
+    if _on("A3M_PURE_BUILD") or _on("A3M_NO_NATIVE_BUILD"):
+        return []
+    try:
+        from setuptools_rust import Binding, RustExtension
+    except ImportError as exc:
+        print(f"a3m: setuptools-rust unavailable ({exc}); the native data plane is not "
+              "built, its Python twins run", file=sys.stderr)
+        return []
+    if shutil.which(os.environ.get("CARGO", "cargo")) is None:
+        print("a3m: no Rust toolchain (cargo) found; the native data plane is not built, "
+              "its Python twins run", file=sys.stderr)
+        return []
+    return [RustExtension("a3m._native", path=os.path.join("native", "Cargo.toml"),
+                          binding=Binding.PyO3, features=["python"], optional=True,
+                          debug=False)]  # release even for an editable install
+
+
+setup(ext_modules=ext_modules(), rust_extensions=rust_extensions(),
+      cmdclass={"build_ext": OptionalBuildExt})

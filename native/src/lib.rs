@@ -1,0 +1,15 @@
+//! A3M's native data plane: the per-datagram work under the Python front.
+//!
+//! The pure-Rust core (`wire`, `aead`, `udp`) is what `cargo test` and the fuzz targets use;
+//! the `python` feature adds the bindings (`python`), the module `a3m._native`. Every native
+//! function has a Python twin that stays the specification (`docs/design.md`, "The native
+//! data plane"); `unsafe` appears only at system calls, each with its reason.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod aead;
+pub mod udp;
+pub mod wire;
+
+#[cfg(feature = "python")]
+mod python;
