@@ -6,14 +6,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean venv
+.PHONY: demo test lint typecheck bench clean venv native
 
 venv: $(STAMP)
 
 # The compiled fast path (setup.py, mypyc) is rebuilt when a compiled module's source changes.
 COMPILED_SOURCES := $(wildcard src/a3m/core/*.py src/a3m/exon/*.py src/a3m/exon/secure/*.py src/a3m/patterns/*.py)
+# The native data plane (setup.py, setuptools-rust) likewise when a Rust source changes.
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
-$(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES)
+$(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES) $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip wheel 'setuptools>=77' >/dev/null
 	$(BIN)/python -m pip install -e '.[spark,bench,dev,uvloop]'
@@ -54,3 +56,9 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 	find src -name '*.so' -delete
+
+# The native module alone, into the source tree (a Rust edit without the whole set-up):
+# cargo builds it, the .so lands where `pip install -e .` puts it.
+native: $(STAMP)
+	cd native && cargo build --release --features python
+	cp native/target/release/liba3m_native.so "src/a3m/_native$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"

@@ -281,6 +281,24 @@ impl UdpIo {
         self.udp.gso_refused.load(Ordering::Relaxed) as u64
     }
 
+    /// Segmented sends made (as the twin's ``gso_sends``).
+    #[getter]
+    fn gso_sends(&self) -> u64 {
+        self.udp.counters.gso_sends.load(Ordering::Relaxed)
+    }
+
+    /// Datagrams the segmented sends carried.
+    #[getter]
+    fn gso_datagrams(&self) -> u64 {
+        self.udp.counters.gso_datagrams.load(Ordering::Relaxed)
+    }
+
+    /// Reads that held more than one datagram (GRO).
+    #[getter]
+    fn gro_reads(&self) -> u64 {
+        self.udp.counters.gro_reads.load(Ordering::Relaxed)
+    }
+
     /// System calls and what they carried, by name.
     fn counters(&self) -> HashMap<&'static str, u64> {
         let c = &self.udp.counters;

@@ -15,6 +15,13 @@ from a3m import _compiled
 #: (``A3M_PURE_PYTHON=1``, no C compiler at install, or sources edited since the build).
 COMPILED = _compiled.activate(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
 
+from a3m._dataplane import native as _native_module  # noqa: E402
+
+#: True when the native data plane (``a3m._native``, Rust) runs; False: its Python twins
+#: (``A3M_NATIVE=0``, ``A3M_PURE_PYTHON=1``, no Rust toolchain at install, or a Rust source
+#: edited since the build). ``docs/design.md``, "The native data plane".
+NATIVE = _native_module is not None
+
 from a3m.errors import (  # noqa: E402
     A3MError,
     Broken,

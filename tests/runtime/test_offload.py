@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import a3m
 from a3m.runtime.offload import (
     GSO_MAX_SEGMENTS,
     SOL_UDP,
@@ -159,6 +160,10 @@ def test_the_environment_turns_offload_on(monkeypatch: pytest.MonkeyPatch, value
 
     if value is None:
         monkeypatch.delenv("A3M_UDP_OFFLOAD", raising=False)
+        if a3m.NATIVE:  # unset: the native path's own default
+            from a3m.runtime.offload import NATIVE_OFFLOAD
+
+            gso, gro = NATIVE_OFFLOAD in ("on", "gso"), NATIVE_OFFLOAD in ("on", "gro")
     else:
         monkeypatch.setenv("A3M_UDP_OFFLOAD", value)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -7,6 +7,8 @@ other on the same link, in the same run:
 
 - ``a3m``: A3M PUSH/PULL, secure (the default);
 - ``a3m-plain``: the same with ``secure=False``;
+- ``...-python``: an A3M system on the Python data plane (``A3M_NATIVE=0``) instead of the
+  native one (``a3m.NATIVE``), beside it in the same run (``--paths native,python``);
 - ``pyzmq``: PUSH/PULL over TCP;
 - ``udp``: raw UDP, one ``sendto`` per datagram of at most MTU - 100 bytes (a message larger
   than that goes as several), no flow control: the receiver's rate is what it read, and the
@@ -102,24 +104,41 @@ def _a3m_system(system: str) -> tuple[bool, bool] | None:
     """(secure, offload) for an A3M system name, None for the others."""
     if not system.startswith("a3m"):
         return None
+    if system.endswith("-python"):
+        system = system[:-len("-python")]
     return not system.startswith("a3m-plain"), system.endswith("-offload")
 
 
 def _a3m_node(name: str, bind: str, system: str) -> Any:
-    import a3m
+    import a3m  # (a "-python" system's worker runs with A3M_NATIVE=0: run_bulk)
 
     secure, offload = _a3m_system(system) or (True, False)
-    os.environ["A3M_UDP_OFFLOAD"] = "on" if offload else "off"  # read as the socket is made
+    if offload:
+        os.environ["A3M_UDP_OFFLOAD"] = "on"  # read as the socket is made
+    else:
+        os.environ.pop("A3M_UDP_OFFLOAD", None)  # as shipped (native: NATIVE_OFFLOAD)
     return a3m.Node(name, bind=bind, secure=secure)
+
+
+def _path(node: Any, messages: int, cpu0: float) -> dict[str, Any]:
+    """Which data plane ran, its offload, and the process's CPU per message so far."""
+    import a3m
+
+    io = node._driver._io
+    counters = io.counters() if hasattr(io, "counters") else {}
+    return {"path": "native" if a3m.NATIVE else "python",
+            "offload": {"gso": io.gso, "gro": io.gro}, "io_counters": counters,
+            "cpu_us_per_msg": round((time.process_time() - cpu0) / messages * 1e6, 2)}
 
 
 def pull(system: str, host: str, port: int, messages: int, size: int) -> dict[str, Any]:
     """Receive ``messages`` of ``size`` bytes; the rate from the first to the last."""
     extra: dict[str, Any] = {}
     if _a3m_system(system) is not None:
-        import a3m
-
+        cpu0 = time.process_time()
         with _a3m_node("bulk-sink", f"{host}:{port}", system) as node:
+            import a3m
+
             sock = node.socket(a3m.PULL, "in")
             _ready()
             t0, t1, seen = _receive(lambda: sock.recv(timeout=120), messages)
@@ -127,7 +146,7 @@ def pull(system: str, host: str, port: int, messages: int, size: int) -> dict[st
             extra = {k: st["exon"][k] for k in RECEIVER_KEYS}
             extra["rx_drops"] = st["rx_drops"]
             io = node._driver._io
-            extra.update(offload={"gso": io.gso, "gro": io.gro}, gro_reads=io.gro_reads)
+            extra.update(_path(node, messages, cpu0), gro_reads=io.gro_reads)
     elif system == "pyzmq":
         import zmq
 
@@ -186,9 +205,10 @@ def push(system: str, host: str, port: int, messages: int, size: int, mtu: int
     pack = IDX.pack
     t0 = time.perf_counter()
     if _a3m_system(system) is not None:
-        import a3m
-
+        cpu0 = time.process_time()
         with _a3m_node("bulk-source", "0.0.0.0:0", system) as node:
+            import a3m
+
             node.associate("bulk-sink", (host, port))
             sock = node.socket(a3m.PUSH, "out")
             sock.link(("bulk-sink", "in"))
@@ -206,7 +226,7 @@ def push(system: str, host: str, port: int, messages: int, size: int, mtu: int
             out["reqslots_per_1k_msgs"] = round(1000 * st["reqslots_sent"] / messages, 2)
             out["recovery"] = node._proto.path_stats("bulk-sink")
             io = node._driver._io
-            out.update(offload={"gso": io.gso, "gro": io.gro}, gso_sends=io.gso_sends,
+            out.update(_path(node, messages, cpu0), gso_sends=io.gso_sends,
                        gso_datagrams=io.gso_datagrams, gso_refused=io.gso_refused)
             return out
     if system == "pyzmq":
@@ -261,7 +281,7 @@ def _push_udp(host: str, port: int, messages: int, size: int, mtu: int) -> dict[
 def _worker(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="a3m.benchmarks.bulk")
     p.add_argument("role", choices=("push", "pull"))
-    p.add_argument("system", choices=SYSTEMS + OFFLOAD)
+    p.add_argument("system", choices=[*SYSTEMS, *OFFLOAD, *(s + "-python" for s in (*SYSTEMS[:2], *OFFLOAD))])
     p.add_argument("host")
     p.add_argument("--port", type=int, default=PORT)
     p.add_argument("--size", type=int, default=1024)
@@ -293,12 +313,19 @@ def _worker(argv: list[str]) -> None:
 # ---------------------------------------------------------------------- driver
 
 
-def available(offload: str = "off") -> list[str]:
+def available(offload: str = "off", paths: str = "native") -> list[str]:
     """The systems installed here (A3M and raw UDP always); ``offload``: A3M with UDP
-    segmentation offload ``off`` (the default, as A3M ships), ``on``, or ``both`` one after
-    the other."""
-    out = {"off": ["a3m", "a3m-plain"], "on": list(OFFLOAD),
-           "both": ["a3m", "a3m-offload", "a3m-plain", "a3m-plain-offload"]}[offload]
+    segmentation offload as shipped (``off``: the native path's default GSO, none on the
+    Python path), ``on``, or ``both`` one after the other; ``paths``: the data planes, one
+    or both of ``native`` and ``python`` (native only where ``a3m.NATIVE``)."""
+    import a3m
+
+    a3ms = {"off": ["a3m", "a3m-plain"], "on": list(OFFLOAD),
+            "both": ["a3m", "a3m-offload", "a3m-plain", "a3m-plain-offload"]}[offload]
+    want = [p.strip() for p in paths.split(",") if p.strip()]
+    if not a3m.NATIVE:
+        want = ["python"]
+    out = [s if p == "native" else s + "-python" for s in a3ms for p in want]
     try:
         import zmq  # noqa: F401
 
@@ -331,7 +358,8 @@ def run_bulk(sizes: tuple[int, ...] = SIZES, mtu: int = 1500,
                           "--mtu", str(mtu)]
                 r = _pair(path, ["pull", system, path.addr_b, *common, "--cpu", "0"],
                           ["push", system, path.addr_b, *common, "--cpu", "1"],
-                          timeout=900, module="a3m.benchmarks.bulk")
+                          timeout=900, module="a3m.benchmarks.bulk",
+                          env={"A3M_NATIVE": "0"} if system.endswith("-python") else None)
                 after = path.udp_counters("b")
                 srv = r.pop("server", {})
                 row = {"system": system, "size": size, "messages": n, **srv, "sender": r,

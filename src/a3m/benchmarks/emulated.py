@@ -459,12 +459,15 @@ def open_path(loss_pct: float, delay_ms: float, jitter_ms: float, rate_mbit: flo
 
 
 def _pair(path: NetPath | LossyLoopback | VethPath, server: list[str], client: list[str],
-          timeout: float, module: str = "a3m.benchmarks.emulated") -> dict[str, Any]:
+          timeout: float, module: str = "a3m.benchmarks.emulated",
+          env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``module``'s worker ``server`` in namespace ``b``, then ``client`` in ``a`` once
-    the server printed READY; the client's JSON line, the server's under ``"server"``."""
+    the server printed READY; the client's JSON line, the server's under ``"server"``.
+    ``env``: variables set for both workers (beside this process's)."""
     me = [sys.executable, "-m", module]
+    full = None if env is None else {**os.environ, **env}
     srv = path.popen("b", me + server, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                     text=True)
+                     text=True, env=full)
     try:
         assert srv.stdout is not None
         line = srv.stdout.readline()
@@ -473,7 +476,7 @@ def _pair(path: NetPath | LossyLoopback | VethPath, server: list[str], client: l
             return {"error": f"server did not start: {line.strip()} {err[-300:]}"}
         try:
             cli = subprocess.run(path.argv("a", me + client), capture_output=True, text=True,
-                                 timeout=timeout)
+                                 timeout=timeout, env=full)
         except subprocess.TimeoutExpired:
             return {"error": f"the client did not finish in {timeout:.0f} s"}
         try:

@@ -71,6 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bp = p.add_argument_group("bulk", "PUSH/PULL across two network namespaces joined by a "
                               "veth pair (a real kernel path; needs root)")
     bp.add_argument("--mtu", type=int, default=1500, help="the veth pair's MTU (default 1500)")
+    bp.add_argument("--paths", default="native",
+                    help="bulk: A3M's data planes, one run each: native (a3m._native, where "
+                         "built), python (its Python twins, A3M_NATIVE=0), or both "
+                         "(native,python)")
     bp.add_argument("--offload", choices=("off", "on", "both"), default="off",
                     help="A3M with UDP segmentation offload (GSO sends, GRO reads, where the "
                          "kernel has them; A3M_UDP_OFFLOAD=on) off (default, as A3M ships), "
@@ -276,7 +280,7 @@ def _bulk(args: argparse.Namespace, plot: str | None) -> int:
     if messages is not None and messages < 2:
         return _error("need --messages >= 2")
     try:
-        systems = bulk.available(args.offload)
+        systems = bulk.available(args.offload, args.paths)
         if args.no_baselines:
             systems = [s for s in systems if s.startswith("a3m")]
         result = bulk.run_bulk(sizes, args.mtu, systems, messages, progress=_progress)

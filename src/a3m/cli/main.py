@@ -41,11 +41,27 @@ def _version() -> str:
         return __version__
 
 
+def _paths() -> str:
+    """Which paths run: the native data plane or its Python twins, the compiled cores or
+    their sources (``a3m --version``)."""
+    import a3m
+
+    if a3m.NATIVE:
+        from a3m import _native
+
+        data = f"native data plane {_native.__version__} ({_native.AEAD}; {_native.UDP})"
+    else:
+        data = "Python data plane (native module not running)"
+    cores = "cores compiled (mypyc)" if a3m.COMPILED else "cores from their Python sources"
+    return f"{data}; {cores}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="a3m", description="A3M: brokerless messaging, exactly once over UDP."
     )
-    parser.add_argument("--version", action="version", version=f"a3m {_version()}")
+    parser.add_argument("--version", action="version",
+                        version=f"a3m {_version()}: {_paths()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (modname, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

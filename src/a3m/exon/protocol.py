@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import heapq
 import struct
+from collections.abc import Callable
 from typing import Final
 
+from a3m._dataplane import native as _native
 from a3m.errors import UsageError
 from a3m.exon import wire
 from a3m.exon.events import Delivered, Event
@@ -48,6 +50,14 @@ from a3m.exon.state import (
 __all__ = ["ExonProtocol", "ExonStats"]
 
 _INDEX: Final = struct.Struct(">I").unpack_from
+
+#: The datagram codec that runs: ``a3m._native``'s where ``a3m.NATIVE`` (the same frames and
+#: errors from the same bytes: tests/native), else ``wire``'s, the specification.
+_DECODE_HEADER: Final[Callable[[bytes], tuple[bytes, bytes, int]]] = (
+    wire.decode_header if _native is None else _native.decode_header)
+_DECODE_FRAMES: Final[Callable[[bytes, int, int], tuple[list[wire.Frame],
+                                                        wire.WireError | None]]] = (
+    wire.decode_frames if _native is None else _native.decode_frames)
 
 
 class ExonProtocol(LivenessPart):
@@ -170,7 +180,7 @@ class ExonProtocol(LivenessPart):
             offset = len(hdr)
         else:
             try:
-                src_b, dst_b, offset = wire.decode_header(buf)
+                src_b, dst_b, offset = _DECODE_HEADER(buf)
             except wire.WireError as exc:
                 self._count_error(exc)
                 return
@@ -196,7 +206,7 @@ class ExonProtocol(LivenessPart):
         if peer is not None and src != peer:
             st.spoofed += 1  # sealed by one peer, naming another as its source
             return
-        frames, error = wire.decode_frames(buf, offset, self.config.max_message_size)
+        frames, error = _DECODE_FRAMES(buf, offset, self.config.max_message_size)
         if error is not None:
             self._count_error(error)
         if not frames:

@@ -7,7 +7,10 @@ their size in the ancillary data, and :func:`split_gro` cuts them apart again. E
 stays what the protocol made (separately sealed, numbered, acknowledged): a lost segment is
 one lost datagram. Only the system calls change.
 
-Both drivers (``a3m.runtime.driver`` and ``a3m.aio.driver``) use :class:`UdpOffload`. Offload is
+Both drivers (``a3m.runtime.driver`` and ``a3m.aio.driver``) use what :func:`offload_for` gives:
+the native data plane's ``a3m._native.UdpIo`` where ``a3m.NATIVE`` (a batch of reads in one
+``recvmmsg``, a batch of sends in GSO runs and ``sendmmsg``), else :class:`UdpOffload`, its
+Python twin (a system call a datagram, or a segmented ``sendmsg``). Offload is
 detected at run time (the socket options exist) and turned off for a socket when the kernel or
 the path refuses a segmented send (``EIO``: a device without checksum offload; ``EINVAL``:
 a segment above the path MTU, ...): the batch then goes one datagram per call, as before.
@@ -99,9 +102,11 @@ def enable_gro(sock: socket.socket) -> bool:
     return True
 
 
-def offload_for(sock: socket.socket) -> UdpOffload:
-    """The drivers' :class:`UdpOffload` for ``sock``, as ``A3M_UDP_OFFLOAD`` says: ``off``
-    (the default), ``gso``, ``gro``, or ``on`` (both, where the kernel has them).
+def offload_for(sock: socket.socket) -> Any:
+    """The drivers' batched I/O for ``sock``: the native ``UdpIo`` where ``a3m.NATIVE`` (it
+    has ``recv(max)``: one call a batch), else a :class:`UdpOffload`. Offload as
+    ``A3M_UDP_OFFLOAD`` says: ``off``, ``gso``, ``gro``, or ``on`` (both, where the kernel
+    has them); unset: :data:`NATIVE_OFFLOAD` on the native path, ``off`` on the Python one.
 
     Off by default: on a 1500-byte veth a segmented send costs the kernel 0.8-1.3 us a
     datagram against 7.7-8.5 us for ``sendto``, but the A3M stream did not get faster with
@@ -109,9 +114,29 @@ def offload_for(sock: socket.socket) -> UdpOffload:
     does not gain: docs/performance.md), and with GRO every read goes through ``recvmsg``
     and its ancillary data, 2-2.5x a ``recvfrom_into`` (2.3 -> 5.6 us) when nothing
     coalesces, as on loopback or in request/reply."""
-    want = os.environ.get("A3M_UDP_OFFLOAD", "off").strip().lower()
+    native = _native_module()
+    want = os.environ.get("A3M_UDP_OFFLOAD", "").strip().lower()
+    if not want:
+        want = NATIVE_OFFLOAD if native is not None else "off"
     both = want in ("on", "1", "both", "yes", "true")
-    return UdpOffload(sock, gso=both or want == "gso", gro=both or want == "gro")
+    gso, gro = both or want == "gso", both or want == "gro"
+    if native is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            return native.UdpIo(sock, gso=gso, gro=gro)
+        except OSError:
+            pass  # (a socket quinn-udp cannot set up: the Python twin reads it)
+    return UdpOffload(sock, gso=gso, gro=gro)
+
+
+#: Offload on the native path when ``A3M_UDP_OFFLOAD`` is unset (docs/performance.md,
+#: "Native data plane": measured there).
+NATIVE_OFFLOAD = "gso"
+
+
+def _native_module() -> Any:
+    from a3m._dataplane import native
+
+    return native
 
 
 class UdpOffload:

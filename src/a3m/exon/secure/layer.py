@@ -14,9 +14,6 @@ timers); the rest is in parts (``state.py`` says how they stack): ``paths.py`` (
 from __future__ import annotations
 
 import heapq
-from typing import Final
-
-from cryptography.exceptions import InvalidTag
 
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S
@@ -24,8 +21,6 @@ from a3m.exon.secure.responder import ResponderPart
 from a3m.exon.secure.session import INF, Session
 from a3m.exon.secure.state import (
     _DATA,
-    _NONCE,
-    _SEALED_PACK,
     _SEALED_UNPACK,
     _VERSION,
     CHALLENGE_TRIES,
@@ -36,9 +31,6 @@ from a3m.exon.secure.state import (
     Address,
     Initiation,
 )
-
-#: The sealed header's size: it is the AEAD's associated data, the ciphertext follows it.
-_HDR: Final = p.SEALED_HDR.size
 
 
 class SecureLayer(ResponderPart):
@@ -78,11 +70,11 @@ class SecureLayer(ResponderPart):
             if not newest and not replay.fresh(counter):
                 st.replayed += 1
                 return None
-            try:
-                pt = s.open.decrypt(_NONCE(counter), buf[_HDR:], buf[:_HDR])
-            except InvalidTag:
+            opened = s.open.open(buf)
+            if opened is None:
                 st.forged += 1
                 return None
+            pt: bytes = opened
             replay.accept(counter)
             s.last_recv = now
             s.unanswered = 0
@@ -134,8 +126,7 @@ class SecureLayer(ResponderPart):
             counter = s.counter  # _seal, inlined (the hot path)
             s.counter = counter + 1
             s.last_sent = now
-            hdr = _SEALED_PACK(_VERSION, _DATA, s.remote_index, counter)
-            pkt = hdr + s.seal.encrypt(_NONCE(counter), plain, hdr)
+            pkt = s.seal.seal(_DATA, s.remote_index, counter, plain)
             dest = s.addr
             if s.candidate is not None:
                 if s.budget >= len(pkt):
@@ -193,15 +184,11 @@ class SecureLayer(ResponderPart):
         s.unanswered += len(plains)
         if peer not in self._pending and self._renew_due(s, now):
             self._initiate(peer, addr, now)
-        encrypt = s.seal.encrypt
-        index = s.remote_index
         dest = s.addr
         counter = s.counter
-        for plain in plains:
-            hdr = _SEALED_PACK(_VERSION, _DATA, index, counter)
-            out.append((hdr + encrypt(_NONCE(counter), plain, hdr), dest))
-            counter += 1
-        s.counter = counter
+        for pkt in s.seal.seal_many(s.remote_index, counter, plains):
+            out.append((pkt, dest))
+        s.counter = counter + len(plains)
         s.last_sent = now
 
     # ------------------------------------------------------------------ timers

@@ -14,7 +14,6 @@ is what lets mypyc compile them into native classes.
 from __future__ import annotations
 
 import heapq
-import struct
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any, Final
@@ -98,8 +97,6 @@ WELCOME_REPEAT_S = 5.0
 MAX_WELCOMES = 8192
 
 # Final: the compiled build reads these as C constants, not from the module's dict at each use.
-_NONCE: Final = struct.Struct(">4xQ").pack
-_SEALED_PACK: Final = p.SEALED_HDR.pack
 _SEALED_UNPACK: Final = p.SEALED_HDR.unpack_from
 _VERSION: Final = p.VERSION
 _DATA: Final = p.DATA
@@ -283,8 +280,7 @@ class SecureState:
         counter = s.counter
         s.counter = counter + 1
         s.last_sent = now
-        hdr = _SEALED_PACK(p.VERSION, kind, s.remote_index, counter)
-        return hdr + s.seal.encrypt(_NONCE(counter), pt, hdr)
+        return s.seal.seal(kind, s.remote_index, counter, pt)
 
     def _fresh_index(self) -> int:
         while True:
