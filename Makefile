@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean venv native
+.PHONY: demo test lint typecheck bench clean venv native native-check
 
 venv: $(STAMP)
 
@@ -35,7 +35,16 @@ SOURCES_RUN_SKIP := \
 # another group (tests/conftest.py). PARALLEL= runs the suite in one process.
 PARALLEL ?= -n 2 --dist loadgroup
 
-test: $(STAMP)
+# The native crate's own checks, where a Rust toolchain is (without one the set-up warned and
+# the Python twins run; the suite below says which path it ran).
+CARGO ?= cargo
+native-check:
+	@if command -v $(CARGO) >/dev/null 2>&1; then \
+		cd native && $(CARGO) clippy --all-features --all-targets -- -D warnings \
+		&& $(CARGO) test; \
+	else echo "no Rust toolchain: cargo test and clippy skipped (the Python data plane runs)"; fi
+
+test: $(STAMP) native-check
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q $(PARALLEL)

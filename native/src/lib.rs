@@ -8,8 +8,11 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod aead;
+pub mod exon;
 pub mod udp;
 pub mod wire;
 
 #[cfg(feature = "python")]
 mod python;
+#[cfg(feature = "python")]
+mod python_engine;

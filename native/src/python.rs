@@ -422,5 +422,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_frames, m)?)?;
     m.add_class::<Cipher>()?;
     m.add_class::<UdpIo>()?;
+    crate::python_engine::register(m)?;
     Ok(())
 }

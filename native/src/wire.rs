@@ -329,6 +329,93 @@ pub fn encode_ack(out: &mut Vec<u8>, r: u64, ranges: &[(u64, u32)], copies: Opti
     }
 }
 
+/// REQSLOTS(s, n, l, copy).
+pub fn reqslots(s: u64, n: u32, low: u64, copy: u8) -> Vec<u8> {
+    let mut o = Vec::with_capacity(22);
+    o.push(REQSLOTS);
+    o.extend_from_slice(&s.to_be_bytes());
+    o.extend_from_slice(&n.to_be_bytes());
+    o.extend_from_slice(&low.to_be_bytes());
+    o.push(copy);
+    o
+}
+
+/// SLOTS(s, r, n, ack delay, echo).
+pub fn slots(s: u64, r: u64, n: u32, ack_delay_us: u32, echo: u8) -> Vec<u8> {
+    let mut o = Vec::with_capacity(26);
+    o.push(SLOTS);
+    o.extend_from_slice(&s.to_be_bytes());
+    o.extend_from_slice(&r.to_be_bytes());
+    o.extend_from_slice(&n.to_be_bytes());
+    o.extend_from_slice(&ack_delay_us.to_be_bytes());
+    o.push(echo);
+    o
+}
+
+/// VOID(r), REVOKE(r).
+pub fn record_frame(kind: u8, r: u64) -> Vec<u8> {
+    let mut o = Vec::with_capacity(9);
+    o.push(kind);
+    o.extend_from_slice(&r.to_be_bytes());
+    o
+}
+
+/// REVOKED(r, held).
+pub fn revoked(r: u64, held: u32) -> Vec<u8> {
+    let mut o = Vec::with_capacity(13);
+    o.push(REVOKED);
+    o.extend_from_slice(&r.to_be_bytes());
+    o.extend_from_slice(&held.to_be_bytes());
+    o
+}
+
+/// An encoded TOKEN frame with its RETRANSMIT flag set (in place).
+pub fn set_retransmit(frame: &mut [u8]) {
+    if frame.len() > 1 {
+        frame[1] |= FLAG_RETRANSMIT;
+    }
+}
+
+/// The header of an Exon datagram in clear from `src` to `dst` (ids of 1..255 bytes).
+pub fn header(src: &[u8], dst: &[u8]) -> Vec<u8> {
+    let mut h = Vec::with_capacity(4 + src.len() + dst.len());
+    h.push(VERSION);
+    h.push(PLAIN);
+    h.push(src.len() as u8);
+    h.extend_from_slice(src);
+    h.push(dst.len() as u8);
+    h.extend_from_slice(dst);
+    h
+}
+
+/// Encoded size of an ACK frame (the twin of `wire.ack_size`).
+pub fn ack_size(nranges: usize, ncopies: Option<usize>) -> usize {
+    match ncopies {
+        None => ACK_SIZE + RANGE_SIZE * nranges,
+        Some(c) => ACK_SIZE + COUNT_SIZE + RANGE_SIZE * (nranges + c),
+    }
+}
+
+/// Range-encode slots: sorted, duplicates merged, `(first, count)` pairs (`wire.to_ranges`).
+pub fn to_ranges(slots: &[u64]) -> Vec<(u64, u64)> {
+    let mut v: Vec<u64> = slots.to_vec();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for s in v {
+        match out.last_mut() {
+            Some((f, c)) if *f + *c == s => *c += 1,
+            Some((f, c)) if *f + *c > s => {}
+            _ => out.push((s, 1)),
+        }
+    }
+    out
+}
+
+pub const TOKEN_OVERHEAD: usize = TOKEN_SIZE;
+pub const FRAGMENT_OVERHEAD: usize = TOKEN_FRAG_SIZE;
+pub const RANGE_BYTES: usize = RANGE_SIZE;
+pub const MAX_ID_BYTES: usize = 255;
+
 #[cfg(test)]
 mod tests {
     use super::*;

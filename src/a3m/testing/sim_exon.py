@@ -13,6 +13,7 @@ such a message must never be delivered.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -21,7 +22,8 @@ from random import Random
 from typing import Any
 
 from a3m.errors import WouldBlock
-from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore
+from a3m.exon import ExonConfig, MemoryClockStore
+from a3m.exon.engine import new_protocol
 from a3m.exon.events import (
     Delivered,
     NotDelivered,
@@ -34,6 +36,14 @@ from a3m.testing.sim import Network, SimulationError
 from a3m.testing.sim_keys import sim_entropy, sim_key
 
 _MSG = struct.Struct(">HHI")  # sender index, receiver index, sequence number
+#: The engine the simulator's nodes run: ``python`` (the specification, the default) or
+#: ``native`` (a3m._native's twin, where built).
+SIM_ENGINE_ENV = "A3M_SIM_ENGINE"
+
+
+def sim_engine() -> str:
+    """The engine simulated nodes run (``A3M_SIM_ENGINE``; ``python`` unless set)."""
+    return os.environ.get(SIM_ENGINE_ENV, "python").strip().lower() or "python"
 
 
 @dataclass
@@ -86,8 +96,11 @@ class ExonApp:
         self.name = name
         self.index = index
         self.names = names
-        self.proto = ExonProtocol(name, config, rng, store, key=sim_key(name),
-                                  entropy=sim_entropy(rng))
+        self.proto = new_protocol(name, config, rng, store, key=sim_key(name),
+                                  entropy=sim_entropy(rng), engine=sim_engine())
+        #: What this node sent and the events it handled, when the cluster traces (the
+        #: differential tests compare the engines' traces: tests/native).
+        self.trace: list[tuple[Any, ...]] | None = None
         self.flows: list[Flow] = []
         self.ledger = ledger
         self.paused = False
@@ -115,7 +128,10 @@ class ExonApp:
         self._now = now
         self.drain(now)
         self.produce(now)
-        return self.proto.datagrams_to_send(now)
+        out: list[tuple[bytes, Any]] = self.proto.datagrams_to_send(now)
+        if self.trace is not None:
+            self.trace.extend(("out", now, self.name, d, a) for d, a in out)
+        return out
 
     # Application --------------------------------------------------------------------------
 
@@ -127,6 +143,8 @@ class ExonApp:
 
     def _handle(self, events: list[Any], now: float) -> None:
         ledger = self.ledger
+        if self.trace is not None:
+            self.trace.extend(("ev", now, self.name, repr(ev)) for ev in events)
         for ev in events:
             if isinstance(ev, Delivered):
                 p = ev.payload
@@ -228,6 +246,8 @@ class ExonCluster:
         self.stores = {n: MemoryClockStore((clock_starts or {}).get(n, net.rng.randrange(1 << 40)))
                        for n in self.names}
         self.apps: dict[str, ExonApp] = {}
+        #: When set (a list), every node's output and handled events are appended to it.
+        self.trace: list[tuple[Any, ...]] | None = None
         for n in self.names:
             self._start(n)
         self.crash_times: list[float] = []
@@ -238,6 +258,7 @@ class ExonCluster:
     def _start(self, name: str) -> ExonApp:
         app = ExonApp(name, self.index, self.names, self.config, self.stores[name],
                       Random(self.net.rng.randrange(1 << 30)), self.ledger)
+        app.trace = self.trace
         old = self.apps.get(name)
         if old is not None:
             app.flows = old.flows
