@@ -6,8 +6,9 @@ signatures whether or not the compiled cores were built). The native module's re
 read from its typed stub, ``src/a3m/_native.pyi``, without importing anything, so the build
 never depends on the Rust toolchain. ``make docs`` builds with warnings as errors
 (``-W --keep-going -n``): a broken link, a reference to a name that is not documented, a
-docstring that does not parse, or a public name of ``a3m`` or ``a3m.aio`` missing from the
-reference fails it.
+docstring that does not parse, or a public name of ``a3m.aio`` missing from the reference
+fails it; a name of ``a3m.__all__`` that ``api/a3m.rst`` does not place is documented there
+under "Other names".
 """
 
 from __future__ import annotations
@@ -170,9 +171,26 @@ def _doc_comments(stub: Path) -> dict[str, str]:
     return found
 
 
+def _unplaced(text: str) -> list[str]:
+    """Names of ``a3m.__all__`` that docs/api/a3m.rst does not document by hand."""
+    import re
+
+    placed = set(re.findall(r"^\.\. (?:py:\w+|auto\w+):: (?:a3m\.)?([\w]+)", text, re.M))
+    return [n for n in a3m.__all__ if n not in placed]
+
+
 def _source_read(app: Any, docname: str, source: list[str]) -> None:
     if docname == NATIVE_DOC:
         source[0] = native_reference()
+    elif docname == "api/a3m":
+        # A public name added to a3m.__all__ and not yet placed in a section of its own is
+        # documented here from its docstring or ``#:`` comment, so the reference stays whole.
+        rest = _unplaced(source[0])
+        if rest:
+            source[0] += "\nOther names\n-----------\n\n" + "".join(
+                f".. autodata:: a3m.{n}\n   :no-value:\n\n" if not callable(getattr(a3m, n))
+                else f".. auto{'class' if isinstance(getattr(a3m, n), type) else 'function'}"
+                     f":: a3m.{n}\n\n" for n in rest)
 
 
 # ---------------------------------------------------------- every public name is documented
