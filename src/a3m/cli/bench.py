@@ -401,7 +401,6 @@ def _loopback(args: argparse.Namespace) -> int:
 
 def _bulk(args: argparse.Namespace) -> int:
     """PUSH/PULL over a veth pair at ``--mtu``: A3M secure and plain, pyzmq, raw UDP."""
-    plot = args.plot
     from a3m.benchmarks import bulk
     from a3m.testing.netem import NetemUnavailable
 
@@ -418,7 +417,7 @@ def _bulk(args: argparse.Namespace) -> int:
         result = bulk.run_bulk(sizes, args.mtu, systems, count, progress=_progress)
     except NetemUnavailable as exc:
         return _error(f"bulk needs a veth pair between two network namespaces: {exc}")
-    text = _save(result, args, plot, bulk.plot)
+    text = _save(result, args, args.plot, bulk.plot)
     if args.json:
         print(text)
     else:
@@ -452,7 +451,6 @@ def _bulk(args: argparse.Namespace) -> int:
 
 def _asyncio(args: argparse.Namespace) -> int:
     """reqrep or pushpull through a3m.aio beside pyzmq.asyncio (``--asyncio``)."""
-    plot = args.plot
     from a3m.benchmarks import aio
 
     if args.workload not in ("reqrep", "pushpull"):
@@ -468,7 +466,7 @@ def _asyncio(args: argparse.Namespace) -> int:
     result = aio.run_aio_bench(args.workload, args.size, args.messages, _progress,
                                placement=args.placement, loops=loops, sets=args.sets,
                                processes=procs)
-    text = _save(result, args, plot, aio.plot)
+    text = _save(result, args, args.plot, aio.plot)
     if args.json:
         print(text)
     else:
@@ -492,7 +490,6 @@ def _asyncio(args: argparse.Namespace) -> int:
 
 def _pipeline(args: argparse.Namespace) -> int:
     """The Spark pipeline fed by rate and by a3m (1, 2, 4 partitions), in one run."""
-    plot = args.plot
     from a3m.benchmarks import pipeline
 
     parts = _counts(args.partitions)
@@ -507,7 +504,7 @@ def _pipeline(args: argparse.Namespace) -> int:
     result = pipeline.run_pipeline(args.readings, args.producers, parts, args.rate_rows,
                                    args.rate_seconds, master=args.master, progress=_progress,
                                    processes=args.producer_processes)
-    text = _save(result, args, plot, pipeline.plot)
+    text = _save(result, args, args.plot, pipeline.plot)
     if args.json:
         print(text)
     else:
@@ -530,7 +527,6 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 def _groups(args: argparse.Namespace) -> int:
     """RADIO/DISH ALL to 1, 4, 16 members beside PUB/SUB, in one run."""
-    plot = args.plot
     from a3m.benchmarks import groups
 
     sizes = _counts(args.members)
@@ -538,7 +534,7 @@ def _groups(args: argparse.Namespace) -> int:
         return _error(f"--members takes counts >= 1 separated by commas, not {args.members!r}")
 
     result = groups.run_groups(args.messages, max(4, args.size), sizes, _progress)
-    text = _save(result, args, plot, groups.plot)
+    text = _save(result, args, args.plot, groups.plot)
     print(text if args.json else
           "\n".join(f"{r['kind']:15} {r['members']:3} members: "
                     f"{r['msgs_per_s_per_member']:>8,} msg/s per member, exact={r['exact']}"
@@ -581,7 +577,6 @@ def _storm(args: argparse.Namespace) -> int:
 
 def _fanin(args: argparse.Namespace) -> int:
     """N producers into one collector, A3M and pyzmq, for each N given."""
-    plot = args.plot
     from a3m.benchmarks import fanin
 
     counts = _counts(args.peers)
@@ -611,7 +606,7 @@ def _fanin(args: argparse.Namespace) -> int:
     result = fanin.run_fanin(counts, per_producer, args.size, args.quiet_s, args.timeout,
                              args.per_process, args.sources, args.placement,
                              baselines=not args.no_baselines, progress=_progress)
-    text = _save(result, args, plot, fanin.plot)
+    text = _save(result, args, args.plot, fanin.plot)
     if args.json:
         print(text)
     else:
@@ -635,7 +630,6 @@ def _fanin(args: argparse.Namespace) -> int:
 
 def _emulated(args: argparse.Namespace) -> int:
     """rpc, or pushpull, across an emulated path."""
-    plot = args.plot
     from a3m.benchmarks import emulated
     from a3m.testing.netem import NetemUnavailable
 
@@ -676,7 +670,7 @@ def _emulated(args: argparse.Namespace) -> int:
                                          queue_ms=args.queue_ms, progress=_progress)
     except NetemUnavailable as exc:
         return _error(f"{args.workload} over an emulated path: {exc}")
-    text = _save(result, args, plot, emulated.plot)
+    text = _save(result, args, args.plot, emulated.plot)
     if args.json:
         print(text)
     else:
