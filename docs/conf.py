@@ -49,7 +49,6 @@ html_show_sourcelink = False
 # autodoc: members in source order, signatures as written, no values of module constants.
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_default_options = {"show-inheritance": False}
 autodoc_preserve_defaults = True
 add_module_names = False
 
