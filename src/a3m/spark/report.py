@@ -18,8 +18,9 @@ CAPTIONS = {
     "latency_hist.png": (
         "Latency histogram: how many messages took how long from the sender's journal row "
         "(the message put on its link) to the receiver's (the receiving socket accepted it in "
-        "order), on a log scale. Most messages sit in the leftmost peak; a message whose "
-        "datagram was lost and sent again lands a probe timeout or more to the right."),
+        "order), on a log scale: the bulk is the usual delivery time, and the right tail the "
+        "messages whose datagram was lost or held back and had to be sent again, each a probe "
+        "timeout or more later."),
     "latency_cdf.png": (
         "Latency CDF: the share of delivered messages that took at most the latency on the "
         "horizontal axis (log scale); read the percentiles of the table above off it."),
