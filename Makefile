@@ -1,24 +1,25 @@
 # Two commands do all the set-up on a fresh machine (Python 3.11+, Java 17):
 #   make demo   creates .venv, installs a3m with everything it needs, runs the main job
-#   make test   same set-up, runs the whole suite
+#   make test   same set-up, runs the whole suite (the docs build included)
+#   make docs   the documentation site, docs/_build/html (warnings are errors)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean venv native native-check
+.PHONY: demo test lint typecheck bench clean venv docs native native-check
 
 venv: $(STAMP)
 
 # The compiled fast path (setup.py, mypyc) is rebuilt when a compiled module's source changes.
 COMPILED_SOURCES := $(wildcard src/a3m/core/*.py src/a3m/exon/*.py src/a3m/exon/secure/*.py src/a3m/patterns/*.py)
 # The native data plane (setup.py, setuptools-rust) likewise when a Rust source changes.
-NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs native/src/*/*.rs)
 
 $(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES) $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip wheel 'setuptools>=77' >/dev/null
-	$(BIN)/python -m pip install -e '.[spark,bench,dev,uvloop]'
+	$(BIN)/python -m pip install -e '.[spark,bench,dev,uvloop,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -47,11 +48,18 @@ native-check:
 test: $(STAMP) native-check
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
+	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest -q $(PARALLEL)
 	# the Python sources of the compiled cores, through their own tests and the simulations;
 	# the longest runs (the same code paths as shorter ones, at length) and the build test
 	# (it does not read A3M_PURE_PYTHON) ran above already
 	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PARALLEL) tests/exon tests/core tests/patterns tests/sim tests/test_compiled.py $(SOURCES_RUN_SKIP)
+
+# The site: MyST pages and the API reference from the docstrings (docs/conf.py). Every run
+# reads every page again (-E), so a warning is never hidden by an earlier build; -n: every
+# cross-reference must resolve; -W --keep-going: all warnings listed, then a failure.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -E -n -W --keep-going -q -b html docs docs/_build/html
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
@@ -63,7 +71,7 @@ bench: $(STAMP)
 	$(BIN)/a3m bench transport --json
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build *.egg-info src/*.egg-info docs/_build
 	find src -name '*.so' -delete
 
 # The native module alone, into the source tree (a Rust edit without the whole set-up):

@@ -221,15 +221,15 @@ def test_a_receiver_killed_mid_stream_and_restarted() -> None:
         child.join(10)
 
 
-def test_the_readme_work_queue_runs() -> None:
-    """The README's cookie example, as printed there."""
+def test_the_guide_work_queue_runs() -> None:
+    """The cookie guide's work queue (docs/cookies.md), as printed there."""
     import re
     import subprocess
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    code = re.search(r"<!-- example: work queue.*?-->\n```python\n(.*?)```", readme, re.S)
+    page = (Path(__file__).parents[2] / "docs" / "cookies.md").read_text()
+    code = re.search(r"<!-- example: work queue.*?-->\n```python\n(.*?)```", page, re.S)
     assert code is not None
     done = subprocess.run([sys.executable, "-c", code.group(1)], capture_output=True,
                           text=True, timeout=120)

@@ -1,7 +1,9 @@
 """``a3m bench WORKLOAD``: throughput or latency, beside raw UDP, pyzmq and pynng.
 
-``--plot FILE.png`` also draws the result as a chart; ``--plot FILE.png --from a.json b.json``
-draws saved results (``--out``) without measuring anything, one panel each.
+Each workload is a subcommand with its own options (``a3m bench WORKLOAD --help`` lists
+them); what every workload shares (``--json``, ``--out``, ``--plot``) is written once.
+``--plot FILE.png`` also draws the result as a chart; ``a3m bench --plot FILE.png --from
+a.json b.json`` draws saved results (``--out``) without measuring anything, one panel each.
 
 ``a3m bench rpc`` and ``a3m bench pushpull --loss/--delay/--rate`` run across an emulated
 path (:mod:`a3m.testing.netem`: network namespaces, so root) instead of plain loopback.
@@ -17,6 +19,14 @@ receiver with garbage datagrams from 254 addresses (:mod:`a3m.benchmarks.storm`)
 ``a3m bench fanin --peers N`` links N producer nodes to one collector's PULL and reports
 link-up time, the collector's quiet CPU, memory per peer, kernel drops, fan-in rate and
 exactness beside pyzmq (:mod:`a3m.benchmarks.fanin`).
+
+Adding a workload is one entry in :data:`WORKLOADS`: its one-line help, the function that
+runs it (``args -> exit status``) and its options, built from the option makers below
+(:func:`size`, :func:`messages`, :func:`baselines`, :func:`placement`, or a function that
+adds a group of its own). For example::
+
+    "fanout": Workload("one PUB to N SUB nodes, beside pyzmq", _fanout,
+                       (size(), messages(), baselines, placement, _fanout_options)),
 """
 
 from __future__ import annotations
@@ -24,35 +34,68 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-BENCH_WORKLOADS = ("transport", "pushpull", "reqrep", "pubsub", "rpc", "pipeline", "groups",
-                    "storm", "bulk", "fanin")
+#: Adds some options to a workload's parser.
+Options = Callable[[argparse.ArgumentParser], None]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", nargs="?", choices=BENCH_WORKLOADS,
-                   help="what to measure (not needed with --from)")
-    p.add_argument("--size", type=int, default=None,
-                   help="payload bytes (default 64; bulk: 64, 1024, 65536 and 1048576)")
-    p.add_argument("--messages", type=int, default=None,
-                   help="messages (default 200000; groups: 20000 per run)")
+@dataclass(frozen=True)
+class Workload:
+    """One ``a3m bench`` subcommand."""
+
+    help: str  # one line, in ``a3m bench --help`` and atop ``a3m bench NAME --help``
+    run: Callable[[argparse.Namespace], int]  # the measurement; returns the exit status
+    options: tuple[Options, ...] = ()  # its options, beyond --json, --out (and --plot)
+    plot: bool = True  # takes --plot FILE.png
+
+
+# ------------------------------------------------------------------ options, one maker each
+
+def size(default: int | None = 64, text: str = "payload bytes (default 64)") -> Options:
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--size", type=int, default=default, help=text)
+    return add
+
+
+def messages(default: int | None = 200_000,
+             text: str = "messages (default 200000)") -> Options:
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--messages", type=int, default=default, help=text)
+    return add
+
+
+def baselines(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baselines", action="store_true", help="measure A3M only")
-    p.add_argument("--cookies", action="store_true",
-                   help="pushpull, reqrep: every A3M message carries a cookie (its outcome is "
-                   "read by the sender); A3M without cookies runs beside it")
-    p.add_argument("--batch", type=int, default=0, metavar="N",
-                   help="pushpull: A3M sends and receives N messages per call (send_many, "
-                        "recv_many); the baselines still one at a time")
+
+
+def placement(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement", choices=("spread", "shared", "free"), default="spread",
                    help="where the two processes run, the same for every system: spread "
                         "(default: receiver on one CPU, sender on another, like two hosts), "
                         "shared (both on one CPU), free (the scheduler decides, which moves "
                         "a round trip's latency 2-3x between runs)")
-    ap = p.add_argument_group("asyncio", "reqrep and pushpull through a3m.aio beside "
-                              "pyzmq.asyncio, in one process and across two")
+
+
+def cookies(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cookies", action="store_true",
+                   help="every A3M message carries a cookie (its outcome is read by the "
+                        "sender); A3M without cookies runs beside it")
+
+
+def batch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch", type=int, default=0, metavar="N",
+                   help="A3M sends and receives N messages per call (send_many, recv_many); "
+                        "the baselines still one at a time")
+
+
+def asyncio_options(p: argparse.ArgumentParser) -> None:
+    ap = p.add_argument_group("asyncio", "through a3m.aio beside pyzmq.asyncio, in one "
+                              "process and across two")
     ap.add_argument("--asyncio", action="store_true",
-                    help="measure a3m.aio against pyzmq.asyncio (reqrep, pushpull)")
+                    help="measure a3m.aio against pyzmq.asyncio")
     ap.add_argument("--loops", default="asyncio",
                     help="event loops, one run each: asyncio, uvloop (default asyncio; "
                          "uvloop where installed)")
@@ -60,16 +103,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="both sides in 1 process and/or across 2 (default 1,2)")
     ap.add_argument("--sets", type=int, default=1,
                     help="same-run sets of every configuration; medians reported (default 1)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--out", help="also write the JSON result to this file")
-    p.add_argument("--plot", metavar="FILE.png",
-                   help="draw a chart of the result (a3m beside its baselines) to this file "
-                        "(.png, .svg or .pdf; needs matplotlib)")
-    p.add_argument("--from", dest="from_files", nargs="+", metavar="RESULT.json",
-                   help="with --plot: draw these saved results (from --out), one panel each, "
-                        "instead of running a workload")
-    bp = p.add_argument_group("bulk", "PUSH/PULL across two network namespaces joined by a "
-                              "veth pair (a real kernel path; needs root)")
+
+
+def path_options(rpc: bool) -> Options:
+    """The emulated path's options: all of them for rpc, the path's own for pushpull."""
+    def add(p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group(
+            "emulated path" + ("" if rpc else " (any of these: across it, not loopback)"),
+            "server and client in two network namespaces joined by a user-space emulator "
+            "(needs root); with no delay, jitter or rate, a loopback namespace whose nft "
+            "rule drops packets, if nft is installed")
+        g.add_argument("--loss", metavar="PCT[,PCT...]",
+                       help="random loss per direction, percent; a list sweeps"
+                            + (" (default 0)" if rpc else ""))
+        g.add_argument("--delay", type=float, metavar="MS", help="one-way delay (default 0)")
+        g.add_argument("--jitter", type=float, default=0.0, metavar="MS", help="delay jitter")
+        g.add_argument("--rate", type=float, default=0.0, metavar="MBIT",
+                       help="rate limit per direction (default none)")
+        if rpc:
+            g.add_argument("--concurrency", type=int, default=1, metavar="C",
+                           help="requests in flight (A3M DEALER/ROUTER, pyzmq "
+                                "DEALER/ROUTER, pynng REQ contexts)")
+            g.add_argument("--duration", type=float, default=10.0, metavar="S",
+                           help="seconds per system and loss rate (default 10)")
+            g.add_argument("--order", choices=("both", "ordered", "unordered"),
+                           default="both",
+                           help="A3M's DEALER/ROUTER with per-link order off, on, or both one "
+                                "after the other (default both: independent requests need "
+                                "no order, and order holds replies behind a lost one)")
+        g.add_argument("--loss-model", default="random",
+                       metavar="MODEL" if rpc else "MODEL[,MODEL...]",
+                       help="how the path loses --loss: random, burst (Gilbert-Elliott), data "
+                            "(towards the server or receiver only), ack (back only), queue "
+                            "(random plus a shallow queue at --rate), jitter (random plus "
+                            "delay jitter that reorders)"
+                            + (" (default random)" if rpc else
+                               ", or all; a list runs each (default random)"))
+        g.add_argument("--burst-len", type=float, default=3.0, metavar="PKTS",
+                       help="burst model: mean packets a burst loses (default 3)")
+        g.add_argument("--queue-ms", type=float, default=2.0, metavar="MS",
+                       help="queue model: the rate limit's queue, in ms of transmission "
+                            "(default 2)")
+    return add
+
+
+def bulk_options(p: argparse.ArgumentParser) -> None:
+    bp = p.add_argument_group("veth pair", "two network namespaces joined by a veth pair "
+                              "(a real kernel path; needs root)")
     bp.add_argument("--mtu", type=int, default=1500, help="the veth pair's MTU (default 1500)")
     bp.add_argument("--paths", default="native",
                     help="bulk: A3M's data planes, one run each: native (a3m._native, where "
@@ -79,11 +159,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="A3M with UDP segmentation offload (GSO sends, GRO reads, where the "
                          "kernel has them; A3M_UDP_OFFLOAD=on) off (default, as A3M ships), "
                          "on, or both one after the other")
-    gp = p.add_argument_group("groups", "RADIO/DISH fan-out beside PUB/SUB")
-    gp.add_argument("--members", default="1,4,16",
-                    help="group sizes, one run each (default 1,4,16; --messages per run: "
-                         "20000 unless given)")
-    st = p.add_argument_group("storm", "a secure stream under a flood of garbage datagrams")
+
+
+def groups_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--members", default="1,4,16",
+                   help="group sizes, one run each (default 1,4,16)")
+
+
+def storm_options(p: argparse.ArgumentParser) -> None:
+    st = p.add_argument_group("storm")
     st.add_argument("--storm-rates", default="2000,20000,50000",
                     help="garbage datagrams per second, one set of runs each "
                          "(default 2000,20000,50000)")
@@ -91,11 +175,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="what the attacker sends, one run each (default: all five)")
     st.add_argument("--no-elsewhere", action="store_true",
                     help="skip the runs with the storm aimed at another port of the host")
-    fa = p.add_argument_group("fanin", "many producer nodes into one collector, beside pyzmq")
+
+
+def fanin_options(p: argparse.ArgumentParser) -> None:
+    fa = p.add_argument_group("fan-in")
     fa.add_argument("--peers", default="1000",
                     help="producers, one run each (default 1000; e.g. 100,1000,4000: --plot "
-                         "then draws each figure against the number); --messages is per "
-                         "producer (default 200000 / peers, at least 20)")
+                         "then draws each figure against the number)")
     fa.add_argument("--quiet-s", type=float, default=10.0,
                     help="seconds the collector's CPU is measured with every link quiet "
                          "(default 10)")
@@ -114,7 +200,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fa.add_argument("--timeout", type=float, default=120.0,
                     help="seconds a phase may take before it reports what it saw "
                          "(default 120)")
-    sp = p.add_argument_group("pipeline", "the Spark query fed by rate and by a3m")
+
+
+def pipeline_options(p: argparse.ArgumentParser) -> None:
+    sp = p.add_argument_group("pipeline")
     sp.add_argument("--readings", type=int, default=200_000,
                     help="readings per a3m run (default 200000)")
     sp.add_argument("--producers", type=int, default=4, help="producer nodes (default 4)")
@@ -129,36 +218,86 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="seconds the rate feed is measured (default 15; on, if need be, until "
                          "two batches have finished after the warm-up)")
     sp.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    g = p.add_argument_group(
-        "emulated path (rpc; pushpull when any is given)",
-        "server and client in two network namespaces joined by a user-space emulator "
-        "(needs root); with no delay, jitter or rate, a loopback namespace whose nft rule "
-        "drops packets, if nft is installed")
-    g.add_argument("--loss", metavar="PCT[,PCT...]",
-                   help="random loss per direction, percent; a list sweeps (rpc default 0)")
-    g.add_argument("--delay", type=float, metavar="MS", help="one-way delay (default 0)")
-    g.add_argument("--jitter", type=float, default=0.0, metavar="MS", help="delay jitter")
-    g.add_argument("--rate", type=float, default=0.0, metavar="MBIT",
-                   help="rate limit per direction (default none)")
-    g.add_argument("--concurrency", type=int, default=1, metavar="C",
-                   help="rpc: requests in flight (A3M DEALER/ROUTER, pyzmq DEALER/ROUTER, "
-                        "pynng REQ contexts)")
-    g.add_argument("--duration", type=float, default=10.0, metavar="S",
-                   help="rpc: seconds per system and loss rate (default 10)")
-    g.add_argument("--order", choices=("both", "ordered", "unordered"), default="both",
-                   help="rpc: A3M's DEALER/ROUTER with per-link order off, on, or both one "
-                        "after the other (default both: independent requests need no order, "
-                        "and order holds replies behind a lost one)")
-    g.add_argument("--loss-model", default="random", metavar="MODEL[,MODEL...]",
-                   help="how the path loses --loss: random, burst (Gilbert-Elliott), data "
-                        "(towards the server or receiver only), ack (back only), queue "
-                        "(random plus a shallow queue at --rate), jitter (random plus delay "
-                        "jitter that reorders), or all; a list runs each (default random)")
-    g.add_argument("--burst-len", type=float, default=3.0, metavar="PKTS",
-                   help="burst model: mean packets a burst loses (default 3)")
-    g.add_argument("--queue-ms", type=float, default=2.0, metavar="MS",
-                   help="queue model: the rate limit's queue, in ms of transmission "
-                        "(default 2)")
+
+
+def _output(p: argparse.ArgumentParser, plot: bool, top: bool) -> None:
+    """--json, --out, --plot (and --from): on ``a3m bench`` itself (``top``) with their
+    defaults, and on each workload with none, so that they may stand on either side of the
+    workload's name without one parser resetting what the other read."""
+    keep = {} if top else {"default": argparse.SUPPRESS}
+    g = p.add_argument_group("output")
+    g.add_argument("--json", action="store_true", help="print one JSON object on stdout",
+                   **keep)
+    g.add_argument("--out", metavar="FILE.json", help="also write the JSON result to this file",
+                   **keep)
+    if plot or top:
+        g.add_argument("--plot", metavar="FILE.png",
+                       help="draw a chart of the result (a3m beside its baselines) to this "
+                            "file (.png, .svg or .pdf; needs matplotlib)", **keep)
+    g.add_argument("--from", dest="from_files", nargs="+", metavar="RESULT.json",
+                   help=("with --plot: draw these saved results (from --out), one panel "
+                         "each, instead of running a workload") if top else argparse.SUPPRESS,
+                   **keep)
+
+
+# ------------------------------------------------------------------------------- the table
+
+def _workloads() -> dict[str, Workload]:
+    loopback = (baselines, placement)
+    return {
+        "transport": Workload(
+            "the transport alone (a3m.exon Endpoints, no sockets): a one-way stream "
+            "between two processes", _loopback, (size(), messages(), *loopback)),
+        "pushpull": Workload(
+            "PUSH -> PULL between two processes (loopback, or an emulated path with "
+            "--loss/--delay/--rate)", _pushpull,
+            (size(), messages(), *loopback, batch, cookies, asyncio_options,
+             path_options(rpc=False))),
+        "reqrep": Workload(
+            "REQ/REP round trips between two processes: p50 and p99 latency", _reqrep,
+            (size(), messages(), *loopback, cookies, asyncio_options)),
+        "pubsub": Workload(
+            "PUB -> one SUB between two processes", _loopback,
+            (size(), messages(), *loopback)),
+        "rpc": Workload(
+            "DEALER/ROUTER requests across an emulated lossy path (root): round trips/s "
+            "and latency, ordered and unordered", _emulated,
+            (size(), path_options(rpc=True))),
+        "bulk": Workload(
+            "PUSH -> PULL across a veth pair at a real MTU (root): MB/s and msg/s of A3M "
+            "secure and plain, pyzmq, raw UDP", _bulk,
+            (size(None, "payload bytes (default: 64, 1024, 65536 and 1048576, one run each)"),
+             messages(None, "messages (default: each size's own)"), baselines,
+             bulk_options)),
+        "fanin": Workload(
+            "N producer nodes into one collector's PULL, beside pyzmq: link-up, quiet CPU, "
+            "memory per peer, rate", _fanin,
+            (size(), messages(None, "messages per producer (default 200000 / peers, at "
+                                    "least 20)"), *loopback, fanin_options)),
+        "groups": Workload(
+            "RADIO -> groups of DISHes (ALL) beside PUB -> as many SUBs", _groups,
+            (size(), messages(20_000, "messages per run (default 20000)"),
+             groups_options)),
+        "storm": Workload(
+            "a secure stream while another process floods the receiver with garbage "
+            "datagrams", _storm,
+            (size(), messages(100_000, "messages per run (default 100000)"), placement,
+             storm_options), plot=False),
+        "pipeline": Workload(
+            "one Spark streaming query fed by Spark's rate source and by the a3m source",
+            _pipeline, (pipeline_options,)),
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    _output(p, plot=True, top=True)
+    sub = p.add_subparsers(dest="workload", metavar="WORKLOAD",
+                           title="workloads (a3m bench WORKLOAD --help: its options)")
+    for name, w in WORKLOADS.items():
+        wp = sub.add_parser(name, help=w.help, description=w.help)
+        for add in w.options:
+            add(wp)
+        _output(wp, plot=w.plot, top=False)
 
 
 def _error(msg: str) -> int:
@@ -194,7 +333,6 @@ def _save(result: dict[str, Any], args: argparse.Namespace, plot: str | None,
     return json.dumps(result, indent=indent)
 
 
-
 def _plot_refused(plot: str) -> int | None:
     """An error exit if ``plot`` cannot be written or drawn (checked before the measurement,
     not after it), else None."""
@@ -207,58 +345,57 @@ def _plot_refused(plot: str) -> int | None:
         return _error(str(exc))
     return None
 
+
 def run(args: argparse.Namespace) -> int:
-    if args.workload == "bulk" and not getattr(args, "from_files", None):
-        return _bulk(args, getattr(args, "plot", None))
-    args.fanin_messages = args.messages  # fanin: per producer, None: by the number of peers
-    if args.messages is None:
-        args.messages = {"groups": 20_000, "storm": 100_000}.get(args.workload, 200_000)
-    from_files = getattr(args, "from_files", None)
-    plot = getattr(args, "plot", None)
-    if from_files:
-        return _plot_saved(args, from_files, plot)
-    if args.size is None:
-        args.size = 64
+    for name, default in (("json", False), ("out", None), ("plot", None), ("from_files", None)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    if args.from_files:
+        return _plot_saved(args, args.from_files, args.plot)
     if args.workload is None:
-        return _error("give a WORKLOAD (" + ", ".join(BENCH_WORKLOADS) + "), or "
+        return _error("give a WORKLOAD (" + ", ".join(WORKLOADS) + "), or "
                       "--plot FILE.png --from RESULT.json ... to chart saved results")
-    if plot and (refused := _plot_refused(plot)) is not None:
+    if args.plot and (refused := _plot_refused(args.plot)) is not None:
         return refused
+    return WORKLOADS[args.workload].run(args)
 
-    if getattr(args, "asyncio", False):
-        return _asyncio(args, plot)
-    if args.workload == "pipeline":
-        return _pipeline(args, plot)
-    if args.workload == "groups":
-        return _groups(args, plot)
-    if args.workload == "storm":
-        return _storm(args)
-    if args.workload == "fanin":
-        return _fanin(args, plot)
-    if args.workload == "rpc" or (args.workload == "pushpull" and (
-            args.loss is not None or args.delay is not None or args.rate
-            or args.loss_model != "random")):
-        return _emulated(args, plot)
 
-    from a3m.benchmarks.registry import WORKLOADS, run_bench
+# ------------------------------------------------------------------------------ workloads
 
-    if args.workload not in WORKLOADS:
+def _pushpull(args: argparse.Namespace) -> int:
+    if args.asyncio:
+        return _asyncio(args)
+    if (args.loss is not None or args.delay is not None or args.rate
+            or args.loss_model != "random"):
+        return _emulated(args)
+    return _loopback(args)
+
+
+def _reqrep(args: argparse.Namespace) -> int:
+    return _asyncio(args) if args.asyncio else _loopback(args)
+
+
+def _loopback(args: argparse.Namespace) -> int:
+    """transport, pushpull, reqrep, pubsub on loopback: A3M beside its baselines."""
+    from a3m.benchmarks.registry import WORKLOADS as RUNNABLE
+    from a3m.benchmarks.registry import run_bench
+
+    if args.workload not in RUNNABLE:
         return _error(f"workload {args.workload!r} is not available yet")
     if args.size < 8 or args.messages < 2:
         return _error("need --size >= 8 and --messages >= 2")
-
-    if args.batch and args.workload != "pushpull":
-        return _error("--batch applies to pushpull only")
-    if args.batch < 0:
+    batch_n = getattr(args, "batch", 0)
+    with_cookies = getattr(args, "cookies", False)
+    if batch_n < 0:
         return _error("--batch must be >= 1")
-    if args.cookies and (args.workload not in ("pushpull", "reqrep") or args.batch):
+    if with_cookies and batch_n:
         return _error("--cookies applies to pushpull (without --batch) and reqrep")
     result = run_bench(args.workload, args.size, args.messages, _progress,
                        baselines=not args.no_baselines, placement=args.placement,
-                       batch=args.batch, cookies=args.cookies)
+                       batch=batch_n, cookies=with_cookies)
     from a3m.benchmarks.plot import plot_result
 
-    text = _save(result, args, plot, plot_result)
+    text = _save(result, args, args.plot, plot_result)
     if args.json:
         print(text)
     else:
@@ -266,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bulk(args: argparse.Namespace, plot: str | None) -> int:
+def _bulk(args: argparse.Namespace) -> int:
     """PUSH/PULL over a veth pair at ``--mtu``: A3M secure and plain, pyzmq, raw UDP."""
     from a3m.benchmarks import bulk
     from a3m.testing.netem import NetemUnavailable
@@ -274,19 +411,17 @@ def _bulk(args: argparse.Namespace, plot: str | None) -> int:
     sizes = bulk.SIZES if args.size is None else (args.size,)
     if min(sizes) < 8 or not 576 <= args.mtu <= 65535:
         return _error("need --size >= 8 and --mtu within 576..65535")
-    if plot and (refused := _plot_refused(plot)) is not None:
-        return refused
-    messages = args.messages  # None: each size's own default
-    if messages is not None and messages < 2:
+    count = args.messages  # None: each size's own default
+    if count is not None and count < 2:
         return _error("need --messages >= 2")
     try:
         systems = bulk.available(args.offload, args.paths)
         if args.no_baselines:
             systems = [s for s in systems if s.startswith("a3m")]
-        result = bulk.run_bulk(sizes, args.mtu, systems, messages, progress=_progress)
+        result = bulk.run_bulk(sizes, args.mtu, systems, count, progress=_progress)
     except NetemUnavailable as exc:
         return _error(f"bulk needs a veth pair between two network namespaces: {exc}")
-    text = _save(result, args, plot, bulk.plot)
+    text = _save(result, args, args.plot, bulk.plot)
     if args.json:
         print(text)
     else:
@@ -318,7 +453,7 @@ def _bulk(args: argparse.Namespace, plot: str | None) -> int:
     return 1 if bad else 0
 
 
-def _asyncio(args: argparse.Namespace, plot: str | None) -> int:
+def _asyncio(args: argparse.Namespace) -> int:
     """reqrep or pushpull through a3m.aio beside pyzmq.asyncio (``--asyncio``)."""
     from a3m.benchmarks import aio
 
@@ -335,7 +470,7 @@ def _asyncio(args: argparse.Namespace, plot: str | None) -> int:
     result = aio.run_aio_bench(args.workload, args.size, args.messages, _progress,
                                placement=args.placement, loops=loops, sets=args.sets,
                                processes=procs)
-    text = _save(result, args, plot, aio.plot)
+    text = _save(result, args, args.plot, aio.plot)
     if args.json:
         print(text)
     else:
@@ -357,7 +492,7 @@ def _asyncio(args: argparse.Namespace, plot: str | None) -> int:
     return 0 if all(r.get("ratio") for r in result["medians"]) else 1
 
 
-def _pipeline(args: argparse.Namespace, plot: str | None) -> int:
+def _pipeline(args: argparse.Namespace) -> int:
     """The Spark pipeline fed by rate and by a3m (1, 2, 4 partitions), in one run."""
     from a3m.benchmarks import pipeline
 
@@ -373,7 +508,7 @@ def _pipeline(args: argparse.Namespace, plot: str | None) -> int:
     result = pipeline.run_pipeline(args.readings, args.producers, parts, args.rate_rows,
                                    args.rate_seconds, master=args.master, progress=_progress,
                                    processes=args.producer_processes)
-    text = _save(result, args, plot, pipeline.plot)
+    text = _save(result, args, args.plot, pipeline.plot)
     if args.json:
         print(text)
     else:
@@ -394,7 +529,7 @@ def _pipeline(args: argparse.Namespace, plot: str | None) -> int:
     return 0 if result["exact"] else 1
 
 
-def _groups(args: argparse.Namespace, plot: str | None) -> int:
+def _groups(args: argparse.Namespace) -> int:
     """RADIO/DISH ALL to 1, 4, 16 members beside PUB/SUB, in one run."""
     from a3m.benchmarks import groups
 
@@ -403,7 +538,7 @@ def _groups(args: argparse.Namespace, plot: str | None) -> int:
         return _error(f"--members takes counts >= 1 separated by commas, not {args.members!r}")
 
     result = groups.run_groups(args.messages, max(4, args.size), sizes, _progress)
-    text = _save(result, args, plot, groups.plot)
+    text = _save(result, args, args.plot, groups.plot)
     print(text if args.json else
           "\n".join(f"{r['kind']:15} {r['members']:3} members: "
                     f"{r['msgs_per_s_per_member']:>8,} msg/s per member, exact={r['exact']}"
@@ -444,7 +579,7 @@ def _storm(args: argparse.Namespace) -> int:
     return 0 if result["exact"] else 1
 
 
-def _fanin(args: argparse.Namespace, plot: str | None) -> int:
+def _fanin(args: argparse.Namespace) -> int:
     """N producers into one collector, A3M and pyzmq, for each N given."""
     from a3m.benchmarks import fanin
 
@@ -455,7 +590,7 @@ def _fanin(args: argparse.Namespace, plot: str | None) -> int:
             or args.timeout <= 0:
         return _error("need --size >= 8, --quiet-s > 0, --per-process >= 1, --sources >= 1 "
                       "and --timeout > 0")
-    messages = getattr(args, "fanin_messages", None)
+    per_producer = args.messages  # None: by the number of peers
     import os
 
     for flag, items, env in (("--node-option", args.node_option, "A3M_FANIN_NODE_OPTIONS"),
@@ -472,10 +607,10 @@ def _fanin(args: argparse.Namespace, plot: str | None) -> int:
                 return _error(f"{flag} takes NAME=VALUE, not {item!r}")
         if options:
             os.environ[env] = json.dumps(options)  # (the processes read it)
-    result = fanin.run_fanin(counts, messages, args.size, args.quiet_s, args.timeout,
+    result = fanin.run_fanin(counts, per_producer, args.size, args.quiet_s, args.timeout,
                              args.per_process, args.sources, args.placement,
                              baselines=not args.no_baselines, progress=_progress)
-    text = _save(result, args, plot, fanin.plot)
+    text = _save(result, args, args.plot, fanin.plot)
     if args.json:
         print(text)
     else:
@@ -497,7 +632,7 @@ def _fanin(args: argparse.Namespace, plot: str | None) -> int:
     return 0 if result["all_exact"] else 1
 
 
-def _emulated(args: argparse.Namespace, plot: str | None) -> int:
+def _emulated(args: argparse.Namespace) -> int:
     """rpc, or pushpull, across an emulated path."""
     from a3m.benchmarks import emulated
     from a3m.testing.netem import NetemUnavailable
@@ -508,7 +643,9 @@ def _emulated(args: argparse.Namespace, plot: str | None) -> int:
         return _error(f"--loss takes percentages separated by commas, not {args.loss!r}")
     if not losses or any(not 0 <= x < 100 for x in losses):
         return _error("--loss percentages must be within 0..100")
-    if args.concurrency < 1 or args.duration <= 0 or args.size < 16:
+    concurrency = getattr(args, "concurrency", 1)  # (rpc's options)
+    duration = getattr(args, "duration", 10.0)
+    if concurrency < 1 or duration <= 0 or args.size < 16:
         return _error("need --concurrency >= 1, --duration > 0 and --size >= 16")
     from a3m.testing.netem import MODELS
 
@@ -521,13 +658,13 @@ def _emulated(args: argparse.Namespace, plot: str | None) -> int:
         return _error("rpc takes one --loss-model a run")
     if args.burst_len < 1 or args.queue_ms <= 0:
         return _error("need --burst-len >= 1 and --queue-ms > 0")
-    orders = {"both": (False, True), "ordered": (True,), "unordered": (False,)}[args.order]
+    orders = {"both": (False, True), "ordered": (True,), "unordered": (False,)}[getattr(args, "order", "both")]
 
     try:
         if args.workload == "rpc":
             result = emulated.run_rpc(losses, delay_ms=args.delay or 0.0, jitter_ms=args.jitter,
-                                      rate_mbit=args.rate, concurrency=args.concurrency,
-                                      duration=args.duration, size=args.size,
+                                      rate_mbit=args.rate, concurrency=concurrency,
+                                      duration=duration, size=args.size,
                                       orders=orders, model=models[0], progress=_progress)
         else:
             result = emulated.run_stream(losses, delay_ms=args.delay or 0.0,
@@ -537,7 +674,7 @@ def _emulated(args: argparse.Namespace, plot: str | None) -> int:
                                          queue_ms=args.queue_ms, progress=_progress)
     except NetemUnavailable as exc:
         return _error(f"{args.workload} over an emulated path: {exc}")
-    text = _save(result, args, plot, emulated.plot)
+    text = _save(result, args, args.plot, emulated.plot)
     if args.json:
         print(text)
     else:
@@ -616,3 +753,8 @@ def _table(result: dict[str, Any]) -> None:
         value = row.get(metric)
         table.add_row(name, f"{value:,.0f}" if value is not None else row.get("error", "-"))
     Console(stderr=True).print(table)
+
+
+WORKLOADS: dict[str, Workload] = _workloads()
+#: The workloads' names (``a3m bench WORKLOAD``).
+BENCH_WORKLOADS = tuple(WORKLOADS)

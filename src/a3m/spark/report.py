@@ -13,6 +13,24 @@ from typing import Any
 
 PLOTS = ("latency_hist.png", "latency_cdf.png", "throughput.png")
 
+#: What each plot shows, in words, printed above it in the report.
+CAPTIONS = {
+    "latency_hist.png": (
+        "Latency histogram: how many messages took how long from the sender's journal row "
+        "(the message put on its link) to the receiver's (the receiving socket accepted it in "
+        "order), on a log scale: the bulk is the usual delivery time, and the right tail the "
+        "messages whose datagram was lost or held back and had to be sent again, each a probe "
+        "timeout or more later."),
+    "latency_cdf.png": (
+        "Latency CDF: the share of delivered messages that took at most the latency on the "
+        "horizontal axis (log scale); read the percentiles of the table above off it."),
+    "throughput.png": (
+        "Throughput: messages sent and delivered in each second of wall time, counted from "
+        "the journals, from the first journal row (the first message put on a link) to the "
+        "last. The two lines follow each other when nothing is held back; a delivered line "
+        "that lags the sent one shows messages waiting for a retransmission."),
+}
+
 
 def _fmt_us(v: float | None) -> str:
     if v is None:
@@ -112,6 +130,7 @@ def write_report(summary: dict[str, Any], path: str | Path, extra_html: str = ""
     lat = summary["latency_us"]
     verdict = "exactly once" if summary["exactly_once"] else "NOT exactly once"
     imgs = "\n".join(
+        f'<p>{html.escape(CAPTIONS[p.name])}</p>\n'
         f'<p><img src="{folder.name}/{p.name}" alt="{p.stem}"></p>' for p in plots
     )
     body = f"""<!doctype html>
