@@ -1,0 +1,145 @@
+//! What every input must satisfy, shared by the fuzz targets (`fuzz_targets/*.rs`) and the
+//! corpus replay (`native/tests/corpus_replay.rs`, `#[path]`-included): a check fails by
+//! panicking, which the fuzzer reports as a crash and `cargo test` as a failure.
+//!
+//! - `decode_header`: never panics; on success the ids are the bytes the lengths say, non
+//!   empty, and the offset is right after them; an error is "truncated" or "malformed".
+//! - `decode_frames`: never panics, from offset 0 and from the header's offset, at two
+//!   message-size bounds; error kinds as above; the frames lie back to back from the offset
+//!   (TOKEN and ACK, which the crate encodes, re-encode to exactly their bytes; the others
+//!   are their fixed size and start with their type); without an error they end the buffer.
+//! - `aead_open`: never panics, whatever the length; what opens seals back to the same bytes.
+
+#![allow(dead_code)]
+
+use a3m_native::aead::{self, Cipher};
+use a3m_native::wire::{self, Frame, WireError};
+
+/// The message-size bounds each datagram is decoded at (as the Python replay does).
+pub const MAX_MESSAGE_SIZES: [u64; 2] = [1 << 20, u64::MAX];
+/// The key of the `aead_open` target and its corpus.
+pub const KEY: [u8; 32] = [0x42; 32];
+
+fn check_error(e: &WireError) {
+    assert!(e.kind == "truncated" || e.kind == "malformed", "error kind {:?}", e.kind);
+    assert!(!e.detail.is_empty());
+}
+
+/// The checks of `decode_header` on `data`; the frames' offset when it decodes.
+pub fn header(data: &[u8]) -> Option<usize> {
+    match wire::decode_header(data) {
+        Ok((src, dst, offset)) => {
+            let ls = data[2] as usize;
+            let ld = data[3 + ls] as usize;
+            assert!(data[0] == wire::VERSION && data[1] == wire::PLAIN);
+            assert_eq!((src.len(), dst.len()), (ls, ld));
+            assert!(ls > 0 && ld > 0);
+            assert_eq!(src, &data[3..3 + ls]);
+            assert_eq!(dst, &data[4 + ls..4 + ls + ld]);
+            assert_eq!(offset, 4 + ls + ld);
+            assert!(offset <= data.len());
+            Some(offset)
+        }
+        Err(e) => {
+            check_error(&e);
+            None
+        }
+    }
+}
+
+/// The bytes one decoded frame occupied, made again (TOKEN and ACK by the crate's encoders;
+/// the others are checked by size and type byte only: None).
+fn encoded(frame: &Frame<'_>) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    match frame {
+        Frame::Token { s, r, payload, index, count, total, flags } => {
+            let fragment =
+                (flags & wire::FLAG_FRAGMENT != 0).then_some((*index, *count, *total));
+            if fragment.is_none() {
+                assert_eq!((*index, *count, *total as usize), (0, 1, payload.len()));
+            }
+            wire::encode_token(&mut out, *s, *r, payload, fragment, flags & wire::FLAG_RETRANSMIT != 0);
+        }
+        Frame::Ack { r, ranges, copies } => {
+            assert!(!ranges.is_empty());
+            wire::encode_ack(&mut out, *r, ranges, copies.as_deref());
+        }
+        _ => return None,
+    }
+    Some(out)
+}
+
+fn fixed_size(frame: &Frame<'_>) -> (u8, usize) {
+    match frame {
+        Frame::ReqSlots { .. } => (wire::REQSLOTS, 22),
+        Frame::Slots { .. } => (wire::SLOTS, 26),
+        Frame::Void { .. } => (wire::VOID, 9),
+        Frame::Revoke { .. } => (wire::REVOKE, 9),
+        Frame::Revoked { .. } => (wire::REVOKED, 13),
+        Frame::Token { .. } | Frame::Ack { .. } => unreachable!(),
+    }
+}
+
+/// The checks of `decode_frames` on `data` from `offset`.
+pub fn frames_at(data: &[u8], offset: usize, max_message_size: u64) {
+    let (frames, err) = wire::decode_frames(data, offset, max_message_size);
+    if let Some(e) = &err {
+        check_error(e);
+    }
+    if offset >= data.len() {
+        assert!(frames.is_empty() && err.as_ref().is_some_and(|e| e.detail == "no frame"));
+        return;
+    }
+    let mut at = offset;
+    for frame in &frames {
+        match encoded(frame) {
+            Some(bytes) => {
+                assert!(at + bytes.len() <= data.len(), "a frame past the end");
+                assert_eq!(&data[at..at + bytes.len()], &bytes[..], "a frame that does not re-encode");
+                at += bytes.len();
+            }
+            None => {
+                let (kind, size) = fixed_size(frame);
+                assert!(at + size <= data.len() && data[at] == kind);
+                at += size;
+            }
+        }
+    }
+    if err.is_none() {
+        assert_eq!(at, data.len(), "frames do not end the datagram");
+    } else {
+        assert!(at < data.len(), "an error after the last byte");
+    }
+}
+
+/// Every check of the codec on one datagram: the header, then the frames from offset 0 and
+/// from the header's offset, at each bound.
+pub fn datagram(data: &[u8]) {
+    let offset = header(data);
+    for mms in MAX_MESSAGE_SIZES {
+        frames_at(data, 0, mms);
+        if let Some(off) = offset {
+            frames_at(data, off, mms);
+        }
+    }
+}
+
+/// The checks of `Cipher::open` (key `KEY`) on `data`; the plaintext when it opens.
+pub fn open(data: &[u8]) -> Option<Vec<u8>> {
+    let c = Cipher::new(&KEY).expect("a 32-byte key");
+    // A wrong-sized output never opens and never panics.
+    assert!(!c.open(data, &mut vec![0u8; data.len() + 1]));
+    if data.len() < aead::OVERHEAD {
+        assert!(!c.open(data, &mut []));
+        return None;
+    }
+    let mut plain = vec![0u8; data.len() - aead::OVERHEAD];
+    if !c.open(data, &mut plain) {
+        return None;
+    }
+    // What opens seals back to the very datagram (the header fields, the counter as nonce).
+    let mut again = vec![0u8; data.len()];
+    c.seal(&mut again, data[0], data[1], aead::index_of(data), aead::counter_of(data), &plain);
+    assert_eq!(again, data, "an opened datagram that does not seal back");
+    Some(plain)
+}
