@@ -16,3 +16,5 @@ pub mod wire;
 mod python;
 #[cfg(feature = "python")]
 mod python_engine;
+#[cfg(feature = "python")]
+pub mod python_recovery;

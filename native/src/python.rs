@@ -423,5 +423,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Cipher>()?;
     m.add_class::<UdpIo>()?;
     crate::python_engine::register(m)?;
+    crate::python_recovery::register(m)?;
     Ok(())
 }

@@ -32,13 +32,13 @@ def _stale(module_file: str) -> str | None:
     src = os.path.join(root, "native", "src")
     try:
         built = os.stat(module_file).st_mtime
-        names = os.listdir(src)
     except OSError:
         return None
-    for name in names:
-        path = os.path.join(src, name)
-        if name.endswith(".rs") and os.stat(path).st_mtime > built:
-            return path
+    for folder, _, names in os.walk(src):
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith(".rs") and os.stat(path).st_mtime > built:
+                return path
     return None
 
 

@@ -176,7 +176,6 @@ pub fn cmp_int_float(n: i64, x: f64) -> Option<Ordering> {
     Some((n as i128).cmp(&(x as i128)))
 }
 
-#[allow(dead_code)]
 fn int_lt_float(n: i64, x: f64) -> bool {
     cmp_int_float(n, x) == Some(Ordering::Less)
 }
@@ -619,7 +618,8 @@ impl PathRecovery {
             acked = acked.saturating_add(nbytes);
             self.epoch_acked = acked;
             let mut extra: f64 = acked as f64 - expected;
-            if cmp_int_float(self.cwnd, extra) == Some(Ordering::Less) {
+            if int_lt_float(self.cwnd, extra) {
+                // (extra > cwnd)
                 extra = self.cwnd as f64;
             }
             if extra > self.extra_acked {
@@ -829,7 +829,8 @@ impl PathRecovery {
             }
         }
         let credit = (now - (if at > floor { at } else { floor })) * rate;
-        if cmp_int_float(unit, credit).is_some_and(|o| o != Ordering::Greater) {
+        if int_le_float(unit, credit) {
+            // (credit >= unit)
             Ok(credit - py_fmod(credit, unit as f64)?)
         } else {
             Ok(0.0)
@@ -1069,6 +1070,72 @@ mod tests {
         assert_eq!(r.try_set_pacing_rate(), Ok(()));
         r.cycle = 8;
         assert_eq!(r.try_set_pacing_rate().unwrap_err().class_name(), "IndexError");
+    }
+
+    #[test]
+    fn extreme_inputs_never_panic() {
+        // (a debug build checks every integer operation for overflow)
+        let ints = [i64::MIN, i64::MIN + 1, -1, 0, 1, 1 << 53, i64::MAX - 1, i64::MAX];
+        let floats = [f64::NAN, INF, -INF, 0.0, -0.0, 5e-324, 1e-300, 1e300, f64::MAX, -1.0];
+        for (k, &n) in ints.iter().enumerate() {
+            for (j, &x) in floats.iter().enumerate() {
+                for pacing in [false, true] {
+                    let mut r = PathRecovery::new(x, x, x, n, pacing);
+                    let m = ints[(k + j) % ints.len()];
+                    let y = floats[(k + 3 * j + 1) % floats.len()];
+                    r.pto_count = m;
+                    r.cycle = m;
+                    r.reorder_quarters = m;
+                    r.inflight = m;
+                    r.sent = n;
+                    r.round_sent = m;
+                    r.round_acked = m;
+                    r.round_lost = n;
+                    r.epoch_acked = m;
+                    r.losses_since_spurious = m;
+                    r.full_bw_rounds = m;
+                    r.congestion_events = m;
+                    r.spurious = m;
+                    r.on_rtt_sample(y);
+                    r.on_rtt_sample(0.01);
+                    r.set_peer_ack_delay(y);
+                    r.seed_pto(y);
+                    r.set_loaded();
+                    r.bw = y;
+                    r.phase = m;
+                    r.on_acked(n, y, m);
+                    r.on_acked(m, x, n);
+                    r.end_round(y, x);
+                    r.next_phase(pacing, !pacing);
+                    r.set_pacing_rate();
+                    r.pace_wake();
+                    r.pace_allowance(y, n);
+                    r.pace_allowance(x, m);
+                    r.paced(n, y);
+                    r.paced(m, x);
+                    r.on_lost(n);
+                    r.on_lost(m);
+                    r.on_removed_bytes(n);
+                    r.on_removed_bytes(m);
+                    r.on_pto();
+                    r.on_pto();
+                    r.on_progress();
+                    r.on_spurious();
+                    r.on_reordering();
+                    let _ = (r.base_pto(), r.loss_delay(), r.snapshot());
+                    let mut p = crate::exon::pacer::FirstProbePacer::new(x, y);
+                    p.deferred = m;
+                    p.slot(y);
+                    p.admit(x, y, x);
+                }
+            }
+        }
+        for a in ints {
+            for b in ints {
+                let _ = int_truediv(a as i128, b as i128);
+                let _ = int_truediv(a as i128 + b as i128, (a as i128) - (b as i128));
+            }
+        }
     }
 
     #[test]

@@ -34,8 +34,8 @@ from collections.abc import Callable
 from typing import Any
 
 from a3m.errors import Closed, UsageError
+from a3m.exon.engine import Transport
 from a3m.exon.events import Event
-from a3m.exon.protocol import ExonProtocol
 from a3m.runtime.driver import (
     DRAIN_BURST,
     MAX_SLEEP_S,
@@ -64,11 +64,11 @@ def _wake(fut: asyncio.Future[None]) -> None:
 
 
 class LoopDriver:
-    """Runs an :class:`ExonProtocol` over one UDP socket from the running event loop."""
+    """Runs an Exon engine (:class:`~a3m.exon.engine.Transport`) over one UDP socket from the running event loop."""
 
     wait_until = Driver.wait_until  # the same loop over ``wait`` (worker threads only)
 
-    def __init__(self, proto: ExonProtocol, bind: str | tuple[str, int],
+    def __init__(self, proto: Transport, bind: str | tuple[str, int],
                  on_events: EventHandler, name: str = "a3m-aio",
                  upper_timer: Callable[[], float | None] | None = None,
                  on_turn: Callable[[float], None] | None = None,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from a3m.core.node_core import NodeCore
 from a3m.errors import Closed, WouldBlock
+from a3m.exon.engine import Transport
 from a3m.exon.events import (
     Delivered,
     Event,
@@ -19,17 +20,17 @@ from a3m.exon.events import (
     PeerRestarted,
     PeerUnreachable,
 )
-from a3m.exon.protocol import ExonProtocol
 
 
 class ExonBridge:
-    """Joins a :class:`NodeCore` to an :class:`ExonProtocol`.
+    """Joins a :class:`NodeCore` to an Exon engine (:class:`~a3m.exon.engine.Transport`:
+    ``ExonProtocol`` or its native twin).
 
     ``outbox`` holds what the core sent that Exon cannot take yet (its window is full); the
     core's credits bound it, so nothing is dropped to make room.
     """
 
-    def __init__(self, core: NodeCore, proto: ExonProtocol,
+    def __init__(self, core: NodeCore, proto: Transport,
                  on_key_refused: Callable[[str, bytes], None] | None = None) -> None:
         self.core = core
         self.proto = proto

@@ -40,8 +40,8 @@ from collections.abc import Callable
 from typing import Any
 
 from a3m.errors import Closed
+from a3m.exon.engine import Transport
 from a3m.exon.events import Event
-from a3m.exon.protocol import ExonProtocol
 from a3m.runtime.offload import offload_for
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
@@ -128,7 +128,7 @@ _HANDLER_ERROR = ("a3m event handler error (counted; the other events of the bat
                   "handled)")
 
 
-def protocol_step(proto: ExonProtocol, batch: list[tuple[bytes, Any]], events: deque[Event],
+def protocol_step(proto: Transport, batch: list[tuple[bytes, Any]], events: deque[Event],
                   on_events: EventHandler, on_turn: Callable[[float], None] | None,
                   now: float) -> tuple[int, bool]:
     """A turn's work after its reads, in both drivers: the datagrams read (``batch``, handed
@@ -227,13 +227,13 @@ def open_udp(bind: tuple[str, int]) -> socket.socket:
 
 
 class Driver:
-    """Runs an :class:`ExonProtocol` over one UDP socket on a dedicated thread.
+    """Runs an Exon engine (:class:`~a3m.exon.engine.Transport`) over one UDP socket on a dedicated thread.
 
     ``lock`` guards the protocol and whatever the event handler touches; ``cond`` (on that lock)
     is notified after every batch of events, so blocked application calls re-check their state.
     """
 
-    def __init__(self, proto: ExonProtocol, bind: str | tuple[str, int],
+    def __init__(self, proto: Transport, bind: str | tuple[str, int],
                  on_events: EventHandler, name: str = "a3m-io",
                  upper_timer: Callable[[], float | None] | None = None,
                  on_turn: Callable[[float], None] | None = None,

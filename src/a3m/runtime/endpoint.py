@@ -14,6 +14,7 @@ from a3m.errors import Closed, Timeout, UsageError, WouldBlock
 from a3m.exon.clock import ClockStore
 from a3m.exon.config import ExonConfig
 from a3m.exon.discovery import Resolver, StaticDiscovery
+from a3m.exon.engine import new_protocol
 from a3m.exon.events import (
     Delivered,
     Event,
@@ -22,7 +23,6 @@ from a3m.exon.events import (
     OutcomeUnknown,
     ReceiptReady,
 )
-from a3m.exon.protocol import ExonProtocol
 from a3m.exon.secure import format_public_key
 from a3m.runtime.clock_store import FileClockStore, WallClockStore
 from a3m.runtime.cork import Cork
@@ -92,7 +92,7 @@ class Endpoint:
                  key_file: str | os.PathLike[str] | None = None, **options: Any) -> None:
         self.id = node_id or f"exon-{os.getpid()}-{os.urandom(4).hex()}"
         config = ExonConfig.from_options(options)
-        self._proto = ExonProtocol(self.id, config, Random(seed),
+        self._proto = new_protocol(self.id, config, Random(seed),
                                    make_clock_store(clock_file), make_resolver(discovery),
                                    path_mtu=path_mtu_for(config),
                                    key=(node_key(key, key_file, clock_file, node_id)

@@ -23,7 +23,7 @@ from a3m.core.socket_core import SocketCore
 from a3m.core.transport import ExonBridge
 from a3m.errors import Closed, UsageError
 from a3m.exon.config import ExonConfig
-from a3m.exon.protocol import ExonProtocol
+from a3m.exon.engine import new_protocol
 from a3m.exon.secure import format_public_key
 from a3m.patterns import BUILTIN, GroupDirectory
 from a3m.runtime.cork import Cork
@@ -71,7 +71,7 @@ class Node:
         config = ExonConfig.from_options(options)
         rng = Random(seed)
         self._resolver = make_resolver(discovery)
-        self._proto = ExonProtocol(self.id, config, Random(rng.random()),
+        self._proto = new_protocol(self.id, config, Random(rng.random()),
                                    make_clock_store(clock_file), self._resolver,
                                    path_mtu=path_mtu_for(config),
                                    key=(node_key(key, key_file, clock_file, node_id)

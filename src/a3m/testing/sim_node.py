@@ -15,8 +15,10 @@ from typing import Any
 
 from a3m.core.node_core import NodeCore
 from a3m.core.transport import ExonBridge
-from a3m.exon import ExonConfig, ExonProtocol, MemoryClockStore
+from a3m.exon import ExonConfig, MemoryClockStore
+from a3m.exon.engine import new_protocol
 from a3m.patterns import BUILTIN, GroupDirectory
+from a3m.testing.sim_exon import sim_engine
 from a3m.testing.sim_keys import sim_entropy, sim_key
 
 
@@ -27,8 +29,9 @@ class NodeHost:
         self.name = name
         config = config or ExonConfig()
         self.clock_store = clock_store or MemoryClockStore(rng.randrange(1 << 40))
-        self.proto = ExonProtocol(name, config, Random(rng.random()), self.clock_store,
-                                  key=sim_key(name), entropy=sim_entropy(rng))
+        self.proto = new_protocol(name, config, Random(rng.random()), self.clock_store,
+                                  key=sim_key(name), entropy=sim_entropy(rng),
+                                  engine=sim_engine())
         self.core = NodeCore(name, Random(rng.random()),
                              max_message_size=config.max_message_size)
         for kind, cls in BUILTIN.items():
