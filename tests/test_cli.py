@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -17,9 +18,18 @@ def test_help_lists_commands() -> None:
 def test_version() -> None:
     from importlib.metadata import version
 
+    import a3m
+
     out = subprocess.run([sys.executable, "-m", "a3m", "--version"], capture_output=True,
                          text=True, check=True).stdout
-    assert out.strip() == f"a3m {version('a3m')}"
+    first, _, paths = " ".join(out.split()).partition(": ")
+    assert first == f"a3m {version('a3m')}"
+    # which paths run: the native data plane (or its Python twins), the compiled cores
+    assert ("native data plane" in paths) == a3m.NATIVE
+    assert ("cores compiled" in paths) == a3m.COMPILED
+    off = subprocess.run([sys.executable, "-m", "a3m", "--version"], capture_output=True,
+                         text=True, check=True, env={**os.environ, "A3M_NATIVE": "0"}).stdout
+    assert "Python data plane" in " ".join(off.split())
 
 
 def test_bench_placement_pins_each_side() -> None:

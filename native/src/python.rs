@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -143,6 +143,10 @@ impl Cipher {
     /// Seal each of `plains` as a DATA datagram, counters from `counter` on.
     fn seal_many<'py>(&self, py: Python<'py>, index: u32, counter: u64, plains: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>> {
         guard("seal_many", || {
+            if plains.len() > 1 && counter.checked_add(plains.len() as u64 - 1).is_none() {
+                // (the twin's struct.pack refuses the counter past 2**64 - 1: no nonce twice)
+                return Err(PyOverflowError::new_err("the packet counter would pass 2**64 - 1"));
+            }
             let out = PyList::empty(py);
             for (k, item) in plains.iter().enumerate() {
                 let plain = item.cast::<PyBytes>()?.as_bytes();
@@ -356,7 +360,12 @@ impl UdpIo {
     /// go to one address at one size, `sendmmsg` for the rest. Returns how many failed.
     fn send(&self, py: Python<'_>, out: &Bound<'_, PyList>) -> PyResult<usize> {
         guard("send", || {
-            let fd = self.fd(py)?;
+            let Ok(fd) = self.fd(py) else {
+                // A closed socket: every datagram failed (as the twin counts its sendto's
+                // errors); the protocol's timers resend, the driver counts them.
+                self.udp.counters.send_errors.fetch_add(out.len() as u64, Ordering::Relaxed);
+                return Ok(out.len());
+            };
             let mut data: Vec<u8> = Vec::new();
             let mut dgrams: Vec<(usize, usize, SocketAddr)> = Vec::with_capacity(out.len());
             let mut errors = 0usize;

@@ -8,12 +8,12 @@
 //! same deque the secure layer writes to, in the order they happen; the engine's counters
 //! are added to the same `ExonStats` object after each call.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
+use pyo3::{PyTraverseError, PyVisit};
+use pyo3::sync::MutexExt;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::exon::clock::ClockStore;
@@ -39,17 +39,39 @@ impl PartialEq for PyAddr {
     }
 }
 
-type ErrSlot = Rc<RefCell<Option<PyErr>>>;
+type ErrSlot = Arc<Mutex<Option<PyErr>>>;
+type SecSlot = Arc<Mutex<Option<Py<PyAny>>>>;
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The host's side of the engine: Python objects the engine calls while it runs (none of
 /// them calls back into the engine).
 struct PyHost {
-    store: Py<PyAny>,
+    refs: RefsSlot,
+    sec: SecSlot,
+    err: ErrSlot,
+}
+
+/// The Python objects the engine calls, shared with the `ExonCore` so that the garbage
+/// collector can see them (`__traverse__`) and break a cycle through them (`__clear__`:
+/// a resolver that refers back to its node, say).
+#[derive(Default)]
+struct HostRefs {
+    store: Option<Py<PyAny>>,
     resolver: Option<Py<PyAny>>,
     path_mtu: Option<Py<PyAny>>,
-    sec: Rc<RefCell<Option<Py<PyAny>>>>,
-    pacer: Py<PyAny>,
-    err: ErrSlot,
+    pacer: Option<Py<PyAny>>,
+}
+
+type RefsSlot = Arc<Mutex<HostRefs>>;
+
+impl PyHost {
+    /// One of the host's objects (None once cleared by the garbage collector).
+    fn get(&self, py: Python<'_>, which: fn(&HostRefs) -> &Option<Py<PyAny>>) -> Option<Py<PyAny>> {
+        which(&locked(&self.refs)).as_ref().map(|o| o.clone_ref(py))
+    }
 }
 
 impl PyHost {
@@ -57,7 +79,7 @@ impl PyHost {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
-                let mut slot = self.err.borrow_mut();
+                let mut slot = locked(&self.err);
                 if slot.is_none() {
                     *slot = Some(e);
                 }
@@ -69,19 +91,25 @@ impl PyHost {
 
 impl ClockStore for PyHost {
     fn load(&mut self) -> u64 {
-        Python::attach(|py| self.keep(self.store.bind(py).call_method0("load").and_then(|v| v.extract::<u64>()))).unwrap_or(0)
+        Python::attach(|py| {
+            let store = self.get(py, |r| &r.store)?;
+            self.keep(store.bind(py).call_method0("load").and_then(|v| v.extract::<u64>()))
+        })
+        .unwrap_or(0)
     }
     fn reserve(&mut self, upto: u64) {
         Python::attach(|py| {
-            self.keep(self.store.bind(py).call_method1("reserve", (upto,)));
+            if let Some(store) = self.get(py, |r| &r.store) {
+                self.keep(store.bind(py).call_method1("reserve", (upto,)));
+            }
         });
     }
 }
 
 impl Host<PyAddr> for PyHost {
     fn resolve(&mut self, peer: &str) -> Option<PyAddr> {
-        let r = self.resolver.as_ref()?;
         Python::attach(|py| {
+            let r = self.get(py, |r| &r.resolver)?;
             let v = self.keep(r.bind(py).call1((peer,)))?;
             if v.is_none() {
                 None
@@ -91,18 +119,21 @@ impl Host<PyAddr> for PyHost {
         })
     }
     fn path_mtu(&mut self, addr: &PyAddr) -> Option<i64> {
-        let f = self.path_mtu.as_ref()?;
-        Python::attach(|py| self.keep(f.bind(py).call1((addr.0.bind(py),)).and_then(|v| v.extract::<i64>())))
+        Python::attach(|py| {
+            let f = self.get(py, |r| &r.path_mtu)?;
+            self.keep(f.bind(py).call1((addr.0.bind(py),)).and_then(|v| v.extract::<i64>()))
+        })
     }
     fn sec_holding(&mut self, peer: &str) -> bool {
-        let sec = self.sec.borrow();
-        let Some(s) = sec.as_ref() else { return false };
+        let sec = Python::attach(|py| locked(&self.sec).as_ref().map(|s| s.clone_ref(py)));
+        let Some(s) = sec else { return false };
         Python::attach(|py| self.keep(s.bind(py).call_method1("holding", (peer,)).and_then(|v| v.extract::<bool>())))
             .unwrap_or(false)
     }
     fn pacer_admit(&mut self, reserved: f64, now: f64, grace: f64) -> f64 {
         Python::attach(|py| {
-            self.keep(self.pacer.bind(py).call_method1("admit", (reserved, now, grace)).and_then(|v| v.extract::<f64>()))
+            let pacer = self.get(py, |r| &r.pacer)?;
+            self.keep(pacer.bind(py).call_method1("admit", (reserved, now, grace)).and_then(|v| v.extract::<f64>()))
         })
         .unwrap_or(0.0)
     }
@@ -145,16 +176,17 @@ impl Classes {
 }
 
 /// The Exon engine, driven as an `ExonProtocol` is (see the module's docstring).
-#[pyclass(unsendable, module = "a3m._native", name = "ExonCore")]
+#[pyclass(module = "a3m._native", name = "ExonCore")]
 pub struct ExonCore {
-    eng: RefCell<Engine<PyAddr>>,
-    sec: Rc<RefCell<Option<Py<PyAny>>>>,
+    eng: Mutex<Engine<PyAddr>>,
+    sec: SecSlot,
+    refs: RefsSlot,
     events: Py<PyAny>,
     stats: Py<PyAny>,
     config: Py<PyAny>,
     err: ErrSlot,
     classes: Classes,
-    names: RefCell<HashMap<Arc<str>, Py<PyString>>>,
+    names: Mutex<HashMap<Arc<str>, Py<PyString>>>,
     id: Py<PyString>,
 }
 
@@ -187,8 +219,14 @@ fn cfg_of(c: &Bound<'_, PyAny>) -> PyResult<Config> {
 }
 
 impl ExonCore {
+    /// The engine, locked (waiting for the lock without the interpreter's: another thread
+    /// may hold it while it calls into Python).
+    fn eng(&self, py: Python<'_>) -> MutexGuard<'_, Engine<PyAddr>> {
+        self.eng.lock_py_attached(py).unwrap_or_else(|p| p.into_inner())
+    }
+
     fn name<'py>(&self, py: Python<'py>, peer: &Arc<str>) -> Bound<'py, PyString> {
-        let mut names = self.names.borrow_mut();
+        let mut names = locked(&self.names);
         if let Some(n) = names.get(peer) {
             return n.bind(py).clone();
         }
@@ -235,7 +273,7 @@ impl ExonCore {
     /// and an error a Python callback raised, raised here.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         let (events, deltas) = {
-            let mut e = self.eng.borrow_mut();
+            let mut e = self.eng(py);
             (e.take_events(), e.stats.take())
         };
         if !events.is_empty() {
@@ -251,14 +289,15 @@ impl ExonCore {
                 st.setattr(name, v + d)?;
             }
         }
-        if let Some(e) = self.err.borrow_mut().take() {
+        let taken = locked(&self.err).take();
+        if let Some(e) = taken {
             return Err(e);
         }
         Ok(())
     }
 
     fn sec(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.sec.borrow().as_ref().map(|s| s.clone_ref(py))
+        locked(&self.sec).as_ref().map(|s| s.clone_ref(py))
     }
 
     fn send_error(&self, py: Python<'_>, e: SendError) -> PyErr {
@@ -278,7 +317,7 @@ impl ExonCore {
     /// may call back), then the engine runs its frames.
     fn receive_sealed(&self, py: Python<'_>, sec: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>, addr: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
         let n = data.len()?;
-        self.eng.borrow_mut().note_datagram(n);
+        self.eng(py).note_datagram(n);
         let opened = sec.call_method1("open", (data, addr, now))?;
         if opened.is_none() {
             return Ok(());
@@ -288,7 +327,7 @@ impl ExonCore {
         let peer = t.get_item(1)?;
         let peer_s: &str = &peer.cast::<PyString>()?.to_cow()?;
         let pt_b = pt.cast::<PyBytes>()?;
-        self.eng.borrow_mut().receive_plain(pt_b.as_bytes(), Some(peer_s), Some(PyAddr(addr.clone().unbind())), now);
+        self.eng(py).receive_plain(pt_b.as_bytes(), Some(peer_s), Some(PyAddr(addr.clone().unbind())), now);
         self.sync(py)
     }
 }
@@ -313,30 +352,66 @@ impl ExonCore {
         stats: Py<PyAny>,
     ) -> PyResult<Self> {
         let cfg = cfg_of(config)?;
-        let err: ErrSlot = Rc::new(RefCell::new(None));
-        let sec: Rc<RefCell<Option<Py<PyAny>>>> = Rc::new(RefCell::new(None));
+        let err: ErrSlot = Arc::new(Mutex::new(None));
+        let sec: SecSlot = Arc::new(Mutex::new(None));
         let has_mtu = path_mtu.is_some();
-        let host = PyHost { store: clock_store, resolver, path_mtu, sec: sec.clone(), pacer, err: err.clone() };
+        let refs: RefsSlot = Arc::new(Mutex::new(HostRefs {
+            store: Some(clock_store),
+            resolver,
+            path_mtu,
+            pacer: Some(pacer),
+        }));
+        let host = PyHost { refs: refs.clone(), sec: sec.clone(), err: err.clone() };
         let eng = Engine::new(node_id, cfg, Box::new(host), has_mtu);
-        if let Some(e) = err.borrow_mut().take() {
+        let taken = locked(&err).take();
+        if let Some(e) = taken {
             return Err(e);
         }
         Ok(ExonCore {
-            eng: RefCell::new(eng),
+            eng: Mutex::new(eng),
             sec,
+            refs,
             events,
             stats,
             config: config.clone().unbind(),
             err,
             classes: Classes::load(py)?,
-            names: RefCell::new(HashMap::new()),
+            names: Mutex::new(HashMap::new()),
             id: PyString::new(py, node_id).unbind(),
         })
     }
 
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // (try_lock: a collection that runs while this thread holds a lock skips what it
+        // guards, which only keeps those objects alive a while longer)
+        if let Ok(sec) = self.sec.try_lock() {
+            if let Some(s) = sec.as_ref() {
+                visit.call(s)?;
+            }
+        }
+        if let Ok(refs) = self.refs.try_lock() {
+            for r in [&refs.store, &refs.resolver, &refs.path_mtu, &refs.pacer].into_iter().flatten() {
+                visit.call(r)?;
+            }
+        }
+        visit.call(&self.events)?;
+        visit.call(&self.stats)?;
+        visit.call(&self.config)?;
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        if let Ok(mut sec) = self.sec.try_lock() {
+            *sec = None;
+        }
+        if let Ok(mut refs) = self.refs.try_lock() {
+            *refs = HostRefs::default();
+        }
+    }
+
     /// Attach the secure layer (made with this core's callbacks).
     fn attach_secure(&self, sec: Py<PyAny>) {
-        *self.sec.borrow_mut() = Some(sec);
+        *locked(&self.sec) = Some(sec);
     }
 
     #[getter]
@@ -361,27 +436,27 @@ impl ExonCore {
     }
 
     #[getter]
-    fn clock(&self) -> u64 {
-        self.eng.borrow().clock_value()
+    fn clock(&self, py: Python<'_>) -> u64 {
+        self.eng(py).clock_value()
     }
 
     #[getter]
-    fn boot_clock(&self) -> u64 {
-        self.eng.borrow().boot_clock()
+    fn boot_clock(&self, py: Python<'_>) -> u64 {
+        self.eng(py).boot_clock()
     }
 
     #[getter]
-    fn closing(&self) -> bool {
-        self.eng.borrow().closing()
+    fn closing(&self, py: Python<'_>) -> bool {
+        self.eng(py).closing()
     }
 
     #[getter]
-    fn buffered_bytes(&self) -> i64 {
-        self.eng.borrow().buffered_bytes()
+    fn buffered_bytes(&self, py: Python<'_>) -> i64 {
+        self.eng(py).buffered_bytes()
     }
 
     fn _path_proven(&self, py: Python<'_>, peer: &str, addr: Py<PyAny>) -> PyResult<()> {
-        self.eng.borrow_mut().path_proven(peer, PyAddr(addr));
+        self.eng(py).path_proven(peer, PyAddr(addr));
         self.sync(py)
     }
 
@@ -393,14 +468,14 @@ impl ExonCore {
             }
             None => (false, 0.0),
         };
-        self.eng.borrow_mut().session_ready(peer, now, held, loaded, rtt);
+        self.eng(py).session_ready(peer, now, held, loaded, rtt);
         self.sync(py)
     }
 
     #[pyo3(signature = (node_id, addr, public_key = None))]
     fn associate(&self, py: Python<'_>, node_id: &str, addr: Py<PyAny>, public_key: Option<Py<PyAny>>) -> PyResult<()> {
         py.import("a3m.exon.wire")?.call_method1("encode_id", (node_id,))?;
-        self.eng.borrow_mut().associate(node_id, PyAddr(addr));
+        self.eng(py).associate(node_id, PyAddr(addr));
         if let Some(k) = public_key {
             match self.sec(py) {
                 None => {
@@ -417,12 +492,12 @@ impl ExonCore {
     }
 
     fn announce(&self, py: Python<'_>, now: f64) -> PyResult<()> {
-        self.eng.borrow_mut().announce(now);
+        self.eng(py).announce(now);
         self.sync(py)
     }
 
     fn address_of(&self, py: Python<'_>, node_id: &str) -> PyResult<Option<Py<PyAny>>> {
-        let a = self.eng.borrow_mut().address_of(&Arc::from(node_id));
+        let a = self.eng(py).address_of(&Arc::from(node_id));
         self.sync(py)?;
         Ok(a.map(|a| a.0))
     }
@@ -444,12 +519,12 @@ impl ExonCore {
         Ok(out)
     }
 
-    fn is_idle(&self) -> bool {
-        self.eng.borrow().is_idle()
+    fn is_idle(&self, py: Python<'_>) -> bool {
+        self.eng(py).is_idle()
     }
 
     fn has_output(&self, py: Python<'_>) -> PyResult<bool> {
-        if self.eng.borrow().has_output() {
+        if self.eng(py).has_output() {
             return Ok(true);
         }
         match self.sec(py) {
@@ -458,12 +533,12 @@ impl ExonCore {
         }
     }
 
-    fn ack_deadline(&self) -> Option<f64> {
-        self.eng.borrow().ack_deadline()
+    fn ack_deadline(&self, py: Python<'_>) -> Option<f64> {
+        self.eng(py).ack_deadline()
     }
 
-    fn record_counts(&self) -> (usize, usize) {
-        self.eng.borrow().record_counts()
+    fn record_counts(&self, py: Python<'_>) -> (usize, usize) {
+        self.eng(py).record_counts()
     }
 
     fn receive_datagrams(&self, py: Python<'_>, batch: &Bound<'_, PyList>, now: f64) -> PyResult<()> {
@@ -500,7 +575,7 @@ impl ExonCore {
             };
             if first {
                 if !rest.is_empty() {
-                    self.eng.borrow_mut().stats.data_first += 1;
+                    self.eng(py).stats.data_first += 1;
                 }
                 self.receive_sealed(py, sec, &data, &t.get_item(1)?, now)?;
             } else {
@@ -526,14 +601,14 @@ impl ExonCore {
                         &b
                     }
                 };
-                self.eng.borrow_mut().receive_clear(bytes, PyAddr(addr), now);
+                self.eng(py).receive_clear(bytes, PyAddr(addr), now);
                 self.sync(py)
             }
         }
     }
 
     fn datagrams_to_send<'py>(&self, py: Python<'py>, now: f64) -> PyResult<Bound<'py, PyList>> {
-        let items = self.eng.borrow_mut().take_output(now);
+        let items = self.eng(py).take_output(now);
         let sec = self.sec(py);
         let result = PyList::empty(py);
         if items.is_empty() {
@@ -586,7 +661,7 @@ impl ExonCore {
     }
 
     fn next_timer(&self, py: Python<'_>) -> PyResult<Option<f64>> {
-        let t_exon = self.eng.borrow_mut().exon_timer();
+        let t_exon = self.eng(py).exon_timer();
         if let Some(s) = self.sec(py) {
             let t: Option<f64> = s.bind(py).call_method0("next_timer")?.extract()?;
             if let Some(ts) = t {
@@ -599,39 +674,39 @@ impl ExonCore {
     }
 
     fn handle_timer(&self, py: Python<'_>, now: f64) -> PyResult<()> {
-        self.eng.borrow_mut().timer_ack_due(now);
+        self.eng(py).timer_ack_due(now);
         if let Some(s) = self.sec(py) {
             s.bind(py).call_method1("handle_timer", (now,))?;
         }
-        self.eng.borrow_mut().handle_exon_timers(now);
+        self.eng(py).handle_exon_timers(now);
         self.sync(py)
     }
 
     #[pyo3(signature = (dst, nbytes = 0))]
-    fn can_send(&self, dst: &str, nbytes: i64) -> bool {
+    fn can_send(&self, py: Python<'_>, dst: &str, nbytes: i64) -> bool {
         let _ = nbytes;
-        self.eng.borrow().can_send(dst)
+        self.eng(py).can_send(dst)
     }
 
     fn send_many(&self, py: Python<'_>, dst: &str, payloads: &Bound<'_, PyList>, now: f64) -> PyResult<usize> {
         let held: Vec<Bound<'_, PyBytes>> = payloads.iter().map(|p| p.cast_into::<PyBytes>().map_err(PyErr::from)).collect::<PyResult<_>>()?;
         let slices: Vec<&[u8]> = held.iter().map(|b| b.as_bytes()).collect();
-        let n = self.eng.borrow_mut().send_many(dst, &slices, now);
+        let n = self.eng(py).send_many(dst, &slices, now);
         self.sync(py)?;
         Ok(n)
     }
 
-    fn send_room(&self, dst: &str) -> i64 {
-        self.eng.borrow().send_room(dst)
+    fn send_room(&self, py: Python<'_>, dst: &str) -> i64 {
+        self.eng(py).send_room(dst)
     }
 
-    fn in_flight(&self) -> i64 {
-        self.eng.borrow().in_flight()
+    fn in_flight(&self, py: Python<'_>) -> i64 {
+        self.eng(py).in_flight()
     }
 
     #[pyo3(signature = (dst, payload, now, receipt = false))]
     fn send(&self, py: Python<'_>, dst: &str, payload: &[u8], now: f64, receipt: bool) -> PyResult<Option<i64>> {
-        let r = self.eng.borrow_mut().send(dst, payload, now, receipt);
+        let r = self.eng(py).send(dst, payload, now, receipt);
         match r {
             Ok(rid) => {
                 self.sync(py)?;
@@ -645,54 +720,54 @@ impl ExonCore {
     }
 
     fn consumed(&self, py: Python<'_>, nbytes: i64) -> PyResult<()> {
-        self.eng.borrow_mut().consumed(nbytes);
+        self.eng(py).consumed(nbytes);
         self.sync(py)
     }
 
     fn close(&self, py: Python<'_>, now: f64) -> PyResult<()> {
-        self.eng.borrow_mut().close(now);
+        self.eng(py).close(now);
         self.sync(py)
     }
 
-    fn is_closed(&self) -> bool {
-        self.eng.borrow().is_closed()
+    fn is_closed(&self, py: Python<'_>) -> bool {
+        self.eng(py).is_closed()
     }
 
-    fn is_finished(&self) -> bool {
-        self.eng.borrow_mut().is_finished()
+    fn is_finished(&self, py: Python<'_>) -> bool {
+        self.eng(py).is_finished()
     }
 
     fn abandon(&self, py: Python<'_>, peer: &str, now: f64) -> PyResult<usize> {
-        let n = self.eng.borrow_mut().abandon(&Arc::from(peer), now);
+        let n = self.eng(py).abandon(&Arc::from(peer), now);
         self.sync(py)?;
         Ok(n)
     }
 
     fn unreachable_peers(&self, py: Python<'_>) -> Vec<Py<PyString>> {
-        let peers = self.eng.borrow().unreachable_peers();
+        let peers = self.eng(py).unreachable_peers();
         peers.iter().map(|p| self.name(py, p).unbind()).collect()
     }
 
-    fn srtt(&self, peer: &str) -> Option<f64> {
-        self.eng.borrow().srtt(peer)
+    fn srtt(&self, py: Python<'_>, peer: &str) -> Option<f64> {
+        self.eng(py).srtt(peer)
     }
 
-    fn peer_pto(&self, peer: &str) -> f64 {
-        self.eng.borrow().peer_pto(peer)
+    fn peer_pto(&self, py: Python<'_>, peer: &str) -> f64 {
+        self.eng(py).peer_pto(peer)
     }
 
-    fn max_peer_pto(&self) -> f64 {
-        self.eng.borrow().max_peer_pto()
+    fn max_peer_pto(&self, py: Python<'_>) -> f64 {
+        self.eng(py).max_peer_pto()
     }
 
     fn max_unfragmented(&self, py: Python<'_>, peer: &str) -> PyResult<i64> {
-        let v = self.eng.borrow_mut().max_unfragmented(&Arc::from(peer));
+        let v = self.eng(py).max_unfragmented(&Arc::from(peer));
         self.sync(py)?;
         Ok(v)
     }
 
     fn path_stats<'py>(&self, py: Python<'py>, peer: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let eng = self.eng.borrow();
+        let eng = self.eng(py);
         let Some(p) = eng.path_stats(peer) else { return Ok(None) };
         let d = PyDict::new(py);
         use crate::exon::recovery::SnapValue;
@@ -708,18 +783,18 @@ impl ExonCore {
 
     /// Diagnostics: the peers of the send records, in order.
     fn send_peers(&self, py: Python<'_>) -> Vec<Py<PyString>> {
-        let peers = self.eng.borrow().send_peers();
+        let peers = self.eng(py).send_peers();
         peers.iter().map(|p| self.name(py, p).unbind()).collect()
     }
 }
 
 impl ExonCore {
-    fn count(&self, _py: Python<'_>, out: &Bound<'_, PyList>) -> PyResult<()> {
+    fn count(&self, py: Python<'_>, out: &Bound<'_, PyList>) -> PyResult<()> {
         let mut n = 0usize;
         for item in out.iter() {
             n += item.cast::<PyTuple>()?.get_item(0)?.len()?;
         }
-        self.eng.borrow_mut().count_out(out.len(), n);
+        self.eng(py).count_out(out.len(), n);
         Ok(())
     }
 }

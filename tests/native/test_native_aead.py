@@ -164,11 +164,6 @@ def test_the_native_cipher_takes_datagrams_shorter_than_a_header() -> None:
         assert nat.open(bytes(n)) is None
 
 
-@pytest.mark.xfail(strict=True, raises=struct.error, reason=(
-    "divergence: PyCipher.open of a datagram shorter than its 14-byte header raises "
-    "struct.error where the native Cipher returns None (its docstring asks for 'at least "
-    "header and tag'; the secure layer checks 30 bytes before opening, so the protocol "
-    "never calls it so: the twins differ only outside that precondition)"))
 def test_the_python_cipher_takes_datagrams_shorter_than_a_header() -> None:
     py = PyCipher(KEY)
     for n in range(HDR):
@@ -198,11 +193,6 @@ def test_header_fields_out_of_range_are_refused_by_both(kind: int, index: int, c
         nat.seal(kind, index, counter, b"x")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "divergence: native seal_many wraps the counter past 2**64 - 1 to 0 (release build: "
-    "`counter + k as u64` in python.rs), sealing a second datagram under counter 0, a "
-    "reused nonce; PyCipher.seal_many refuses the run (struct.error). Unreachable in a "
-    "session (2**64 datagrams), but the twins differ"))
 def test_seal_many_past_the_last_counter_is_refused_by_both() -> None:
     py, nat = pair()
     with pytest.raises(struct.error):

@@ -224,7 +224,12 @@ def test_100_idle_peers_are_forgotten_and_memory_returns() -> None:
         # since pacing: kept for up to 4096 paths, so a peer that comes back starts from what
         # was measured); its id and address in the header caches. A session or a record left
         # behind costs several KB each: 100 of them would be far above this bound.
-        assert now - base < 160_000, now - base
+        # On the native engine the records and paths live in Rust memory (not traced here:
+        # record_counts() above shows them gone); what it adds in Python objects is each
+        # peer's interned name and address tuple (caches bounded at 8192 and 4096 entries),
+        # measured ~0.6 KB a peer.
+        allowance = 100_000 if type(hub._proto).__name__ == "ExonCore" else 0
+        assert now - base < 160_000 + allowance, now - base
 
 
 def _restart_mid_stream(tmp_path: Any, graceful: bool) -> tuple[Endpoint, list[bytes], int]:

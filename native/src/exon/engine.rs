@@ -115,7 +115,7 @@ pub struct Engine<A: Clone + PartialEq> {
     pub cfg: Config,
     pub(crate) clock: NodeClock,
     pub(crate) boot: u64,
-    pub(crate) host: Box<dyn Host<A>>,
+    pub(crate) host: Box<dyn Host<A> + Send>,
     pub stats: Stats,
     pub(crate) sr: OMap<Arc<str>, SendRecord>,
     pub(crate) rr: OMap<Arc<str>, RecvRecord>,
@@ -161,7 +161,7 @@ pub struct Engine<A: Clone + PartialEq> {
 
 impl<A: Clone + PartialEq> Engine<A> {
     /// `node_id` is 1..255 UTF-8 bytes (the host checks it as `wire.encode_id` does).
-    pub fn new(node_id: &str, cfg: Config, mut host: Box<dyn Host<A>>, has_path_mtu: bool) -> Engine<A> {
+    pub fn new(node_id: &str, cfg: Config, mut host: Box<dyn Host<A> + Send>, has_path_mtu: bool) -> Engine<A> {
         let clock = NodeClock::new(host.as_mut(), cfg.clock_reserve_block);
         let boot = clock.value;
         let backoff_cap = if cfg.peer_timeout_s != 0.0 {

@@ -1,10 +1,8 @@
 //! Soft state: one send record and one receive record per peer and direction (twins of
 //! `a3m/exon/records.py`); the engine owns every rule that changes them.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub const INF: f64 = f64::INFINITY;
 
@@ -24,11 +22,27 @@ pub struct Message {
     pub r: i128,
 }
 
-pub type MsgRef = Rc<RefCell<Message>>;
+/// A shared fragmented message (its queued pieces and tokens all refer to it): the
+/// engine's own lock is held whenever it is touched, so this one is never contended.
+#[derive(Debug, Clone)]
+pub struct MsgRef(Arc<Mutex<Message>>);
+
+impl MsgRef {
+    pub fn borrow(&self) -> MutexGuard<'_, Message> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    pub fn borrow_mut(&self) -> MutexGuard<'_, Message> {
+        self.borrow()
+    }
+    /// Python's `is`.
+    pub fn ptr_eq(a: &MsgRef, b: &MsgRef) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
 
 impl Message {
     pub fn new(data: Vec<u8>, chunk: usize, count: u32, rid: Rid) -> MsgRef {
-        Rc::new(RefCell::new(Message { data, chunk, count, remaining: count as i64, bound: 0, rid, r: -1 }))
+        MsgRef(Arc::new(Mutex::new(Message { data, chunk, count, remaining: count as i64, bound: 0, rid, r: -1 })))
     }
 }
 
@@ -55,7 +69,7 @@ impl Meta {
     /// same object only when equal, and the runs it groups are of one message).
     pub fn same(&self, other: &Meta) -> bool {
         match (self, other) {
-            (Meta::Msg(a), Meta::Msg(b)) => Rc::ptr_eq(a, b),
+            (Meta::Msg(a), Meta::Msg(b)) => MsgRef::ptr_eq(a, b),
             (Meta::Rid(Some(a)), Meta::Rid(Some(b))) => a == b,
             _ => false,
         }

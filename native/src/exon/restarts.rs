@@ -1,7 +1,6 @@
 //! Receiver restarts, sender side (VOID, REVOKE/REVOKED), graceful close and the linger,
 //! peer liveness: the twins of `a3m/exon/restarts.py`, `closing.py` and `liveness.py`.
 
-use std::rc::Rc;
 use std::sync::Arc;
 
 use super::engine::{Engine, Linger, MAX_UNREACHABLE};
@@ -11,7 +10,7 @@ use crate::wire;
 
 /// Add `m` to `msgs` unless there (Python's dict keyed by `id(meta)`, in insertion order).
 fn note(msgs: &mut Vec<MsgRef>, m: &MsgRef) {
-    if !msgs.iter().any(|x| Rc::ptr_eq(x, m)) {
+    if !msgs.iter().any(|x| MsgRef::ptr_eq(x, m)) {
         msgs.push(m.clone());
     }
 }
@@ -151,7 +150,7 @@ impl<A: Clone + PartialEq> Engine<A> {
         let mine: Vec<u64> = rec
             .tokens
             .iter()
-            .filter(|(_, t)| t.meta.msg().is_some_and(|m| Rc::ptr_eq(m, msg)))
+            .filter(|(_, t)| t.meta.msg().is_some_and(|m| MsgRef::ptr_eq(m, msg)))
             .map(|(&s, _)| s)
             .collect();
         let mut bytes = Vec::with_capacity(mine.len());
@@ -159,7 +158,7 @@ impl<A: Clone + PartialEq> Engine<A> {
             bytes.push(rec.tokens.remove(s).expect("listed").frame.len() as i64);
         }
         let mut n = mine.len() as i64;
-        while rec.queue.front().is_some_and(|q| q.meta.msg().is_some_and(|m| Rc::ptr_eq(m, msg))) {
+        while rec.queue.front().is_some_and(|q| q.meta.msg().is_some_and(|m| MsgRef::ptr_eq(m, msg))) {
             rec.queue.pop_front();
             n += 1;
         }

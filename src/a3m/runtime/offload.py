@@ -54,14 +54,15 @@ def gso_batches(out: list[tuple[bytes, Any]], max_bytes: int = GSO_MAX_BYTES,
     closed = False
     for data, addr in out:
         n = len(data)
-        if (cur is not None and not closed and addr == cur_addr and n <= seg
+        if (cur is not None and not closed and addr == cur_addr and 0 < n <= seg
                 and len(cur) < max_segments and total + n <= max_bytes):
             cur.append(data)
             total += n
             closed = n < seg
             continue
         cur = [data]
-        cur_addr, seg, total, closed = addr, n, n, False
+        # (an empty datagram travels alone: a segmented send cannot carry one)
+        cur_addr, seg, total, closed = addr, n, n, n == 0
         batches.append((addr, seg, cur))
     return batches
 

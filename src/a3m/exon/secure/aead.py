@@ -62,6 +62,8 @@ class PyCipher:
     def open(self, datagram: bytes) -> bytes | None:
         """The plaintext of a sealed datagram (at least header and tag long), or None when
         its tag does not verify."""
+        if len(datagram) < _HDR + 16:
+            return None  # (no header and tag: nothing to open)
         counter: int = _UNPACK(datagram)[3]
         try:
             return self._aead.decrypt(_NONCE(counter), datagram[_HDR:], datagram[:_HDR])
