@@ -9,12 +9,15 @@
 
 pub mod aead;
 pub mod exon;
+pub mod replay;
 pub mod udp;
 pub mod wire;
 
 #[cfg(feature = "python")]
-mod python;
+pub mod python;
 #[cfg(feature = "python")]
 mod python_engine;
+#[cfg(feature = "python")]
+mod python_io;
 #[cfg(feature = "python")]
 pub mod python_recovery;

@@ -118,8 +118,8 @@ fn decode_frames<'py>(py: Python<'py>, data: &[u8], offset: usize, max_message_s
 /// One direction of a secure session (ChaCha20-Poly1305, ring): the twin of
 /// `a3m.exon.secure.aead.PyCipher`.
 #[pyclass(frozen, module = "a3m._native")]
-struct Cipher {
-    inner: RawCipher,
+pub struct Cipher {
+    pub inner: RawCipher,
 }
 
 #[pymethods]
@@ -178,19 +178,58 @@ impl Cipher {
 
 const DATA: u8 = 0x05;
 
+/// The replay window of a session's receiving direction: the twin of
+/// `a3m.exon.secure.replay.ReplayWindow`.
+#[pyclass(module = "a3m._native", name = "ReplayWindow")]
+#[derive(Default)]
+pub struct PyReplayWindow {
+    pub inner: crate::replay::ReplayWindow,
+}
+
+#[pymethods]
+impl PyReplayWindow {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// The highest counter accepted (-1: none yet).
+    #[getter]
+    fn top(&self) -> i128 {
+        self.inner.top
+    }
+
+    /// The ring (a copy: bit `c % 8` of byte `(c // 8) % len` for counter `c`).
+    #[getter]
+    fn ring<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.ring)
+    }
+
+    /// Whether `counter` was never accepted and is not too old.
+    fn fresh(&self, counter: u64) -> bool {
+        self.inner.fresh(counter)
+    }
+
+    /// Record `counter`.
+    fn accept(&mut self, counter: u64) {
+        self.inner.accept(counter)
+    }
+}
+
 // ------------------------------------------------------------------ batched UDP I/O
 
 thread_local! {
-    static ARENA: RefCell<Option<RecvArena>> = const { RefCell::new(None) };
+    /// Receive buffers, one set per thread (a thread reads one socket at a time).
+    pub(crate) static ARENA: RefCell<Option<RecvArena>> = const { RefCell::new(None) };
 }
 
 /// Batched reads and sends on a Python socket (which stays the caller's: its descriptor is
 /// taken at each call, so a closed socket raises as the socket module would): the twin of
 /// `a3m.runtime.offload.UdpOffload`.
 #[pyclass(frozen, module = "a3m._native")]
-struct UdpIo {
+pub struct UdpIo {
     sock: Py<PyAny>,
-    udp: Udp,
+    pub(crate) udp: Udp,
     /// Address tuples made for datagrams read (a stream's datagrams share one object).
     addrs: Mutex<HashMap<SocketAddr, Py<PyTuple>>>,
     /// The addresses sends parsed, by the identity of the object given (kept alive here).
@@ -201,7 +240,7 @@ const ADDR_CACHE: usize = 4096;
 const DEST_CACHE: usize = 8;
 
 impl UdpIo {
-    fn fd(&self, py: Python<'_>) -> PyResult<i32> {
+    pub(crate) fn fd(&self, py: Python<'_>) -> PyResult<i32> {
         let fd: i32 = self.sock.bind(py).call_method0("fileno")?.extract()?;
         if fd < 0 {
             return Err(PyOSError::new_err((libc::EBADF, "Bad file descriptor")));
@@ -209,7 +248,7 @@ impl UdpIo {
         Ok(fd)
     }
 
-    fn addr_object<'py>(&self, py: Python<'py>, addr: SocketAddr) -> PyResult<Bound<'py, PyTuple>> {
+    pub(crate) fn addr_object<'py>(&self, py: Python<'py>, addr: SocketAddr) -> PyResult<Bound<'py, PyTuple>> {
         let mut cache = self.addrs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = cache.get(&addr) {
             return Ok(t.bind(py).clone());
@@ -234,7 +273,7 @@ impl UdpIo {
     }
 
     /// The socket address of a Python address object (None: a name to resolve).
-    fn dest(&self, py: Python<'_>, addr: &Bound<'_, PyAny>) -> PyResult<Option<SocketAddr>> {
+    pub(crate) fn dest(&self, py: Python<'_>, addr: &Bound<'_, PyAny>) -> PyResult<Option<SocketAddr>> {
         let mut dests = self.dests.lock().unwrap_or_else(|p| p.into_inner());
         for (obj, sa) in dests.iter() {
             if obj.bind(py).is(addr) {
@@ -358,7 +397,11 @@ impl UdpIo {
 
     /// Send `out` (`[(bytes, address), ...]`) in order: GSO runs where consecutive datagrams
     /// go to one address at one size, `sendmmsg` for the rest. Returns how many failed.
-    fn send(&self, py: Python<'_>, out: &Bound<'_, PyList>) -> PyResult<usize> {
+    fn send(&self, py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<usize> {
+        if let Ok(batch) = out.cast::<crate::python_io::OutBatch>() {
+            return guard("send", || batch.borrow().send(py, self));
+        }
+        let out = out.cast::<PyList>()?;
         guard("send", || {
             let Ok(fd) = self.fd(py) else {
                 // A closed socket: every datagram failed (as the twin counts its sendto's
@@ -411,7 +454,12 @@ impl UdpIo {
 const DETACH_AT: usize = 8;
 
 impl UdpIo {
-    fn send_now(&self, py: Python<'_>, fd: i32, data: &[u8], dgrams: &[(usize, usize, SocketAddr)]) -> usize {
+    /// The socket's own `sendto` (a host name to resolve).
+    pub(crate) fn sock_sendto(&self, py: Python<'_>, data: &Bound<'_, PyBytes>, addr: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.sock.bind(py).call_method1("sendto", (data, addr)).map(|_| ())
+    }
+
+    pub(crate) fn send_now(&self, py: Python<'_>, fd: i32, data: &[u8], dgrams: &[(usize, usize, SocketAddr)]) -> usize {
         if dgrams.len() >= DETACH_AT {
             py.detach(|| self.udp.send(fd, data, dgrams))
         } else {
@@ -430,7 +478,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_header, m)?)?;
     m.add_function(wrap_pyfunction!(decode_frames, m)?)?;
     m.add_class::<Cipher>()?;
+    m.add_class::<PyReplayWindow>()?;
     m.add_class::<UdpIo>()?;
+    m.add_class::<crate::python_io::OutBatch>()?;
     crate::python_engine::register(m)?;
     crate::python_recovery::register(m)?;
     Ok(())

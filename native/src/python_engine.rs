@@ -20,6 +20,8 @@ use crate::exon::clock::ClockStore;
 use crate::exon::config::Config;
 use crate::exon::engine::{Engine, Host, OutItem, SendError};
 use crate::exon::events::Event;
+use crate::python::UdpIo;
+use crate::python_io::{monotonic, read_batch, OutBatch};
 
 /// A Python address (any hashable, e.g. `("127.0.0.1", 5000)`), compared as Python does.
 pub struct PyAddr(Py<PyAny>);
@@ -175,11 +177,36 @@ impl Classes {
     }
 }
 
+/// What the fast path of a live session reads of the secure layer (its own dicts).
+struct FastPath {
+    by_index: Py<PyDict>,
+    current: Py<PyDict>,
+    unanswered_rehandshake: i64,
+}
+
+/// Where sealed datagrams go: the twin's list of `(bytes, address)`, or a batch for the
+/// socket (no Python object per datagram).
+enum Sink<'a, 'py> {
+    List(&'a Bound<'py, PyList>),
+    Batch(&'a mut OutBatch, &'a UdpIo),
+}
+
+/// A sealed DATA datagram's header fields (None: not one).
+fn sealed_data(d: &[u8]) -> Option<(u32, u64)> {
+    if d.len() < crate::aead::OVERHEAD || d[0] != crate::wire::VERSION || d[1] != 0x05 {
+        return None;
+    }
+    Some((crate::aead::index_of(d), crate::aead::counter_of(d)))
+}
+
 /// The Exon engine, driven as an `ExonProtocol` is (see the module's docstring).
 #[pyclass(module = "a3m._native", name = "ExonCore")]
 pub struct ExonCore {
     eng: Mutex<Engine<PyAddr>>,
     sec: SecSlot,
+    /// The secure layer's live sessions by index and by peer (its own dicts, read here) and
+    /// its rehandshake threshold: the fast path of a live session's datagrams.
+    fast: Mutex<Option<FastPath>>,
     refs: RefsSlot,
     events: Py<PyAny>,
     stats: Py<PyAny>,
@@ -219,6 +246,112 @@ fn cfg_of(c: &Bound<'_, PyAny>) -> PyResult<Config> {
 }
 
 impl ExonCore {
+    /// `SecureLayer.open` of a DATA datagram under a live session, done here when its rules
+    /// are the plain ones (the session confirmed, the datagram from its proven address, no
+    /// candidate path, a fresh counter, a tag that verifies): the same checks and the same
+    /// updates (replay window, last_recv, unanswered) as the twin, then the engine reads the
+    /// plaintext, all without a Python call. False: the secure layer's `open` does it (a
+    /// handshake packet, an unknown or unconfirmed session, a path move, a replayed or forged
+    /// datagram: each counted there), nothing having changed.
+    fn open_fast(&self, py: Python<'_>, d: &[u8], addr: &Bound<'_, PyAny>, now: f64) -> PyResult<bool> {
+        let Some((index, counter)) = sealed_data(d) else { return Ok(false) };
+        let by_index = match locked(&self.fast).as_ref() {
+            Some(f) => f.by_index.clone_ref(py),
+            None => return Ok(false),
+        };
+        let Some(s) = by_index.bind(py).get_item(index)? else { return Ok(false) };
+        if !s.getattr(pyo3::intern!(py, "confirmed"))?.is_truthy()? {
+            return Ok(false);
+        }
+        if !s.getattr(pyo3::intern!(py, "candidate"))?.is_none() {
+            return Ok(false);
+        }
+        let s_addr = s.getattr(pyo3::intern!(py, "addr"))?;
+        if !(s_addr.is(addr) || s_addr.eq(addr)?) {
+            return Ok(false);
+        }
+        let replay = s.getattr(pyo3::intern!(py, "replay"))?;
+        let Ok(replay) = replay.cast::<crate::python::PyReplayWindow>() else { return Ok(false) };
+        if !replay.borrow().inner.fresh(counter) {
+            return Ok(false);
+        }
+        let opener = s.getattr(pyo3::intern!(py, "open"))?;
+        let Ok(opener) = opener.cast::<crate::python::Cipher>() else { return Ok(false) };
+        let mut pt = vec![0u8; d.len() - crate::aead::OVERHEAD];
+        if !opener.get().inner.open(d, &mut pt) {
+            return Ok(false);
+        }
+        replay.borrow_mut().inner.accept(counter);
+        s.setattr(pyo3::intern!(py, "last_recv"), now)?;
+        s.setattr(pyo3::intern!(py, "unanswered"), 0)?;
+        if pt.is_empty() {
+            return Ok(true); // a keepalive
+        }
+        let peer = s.getattr(pyo3::intern!(py, "peer"))?;
+        let peer: &str = &peer.cast::<PyString>()?.to_cow()?;
+        self.eng(py).receive_plain(&pt, Some(peer), Some(PyAddr(addr.clone().unbind())), now);
+        Ok(true)
+    }
+
+    /// `SecureLayer.seal_many` of `plains` for `peer`, done here when its rules are the plain
+    /// ones (a current session, not refused yet, no candidate path, no new handshake due):
+    /// the same datagrams and updates (counter, unanswered, last_sent) as the twin. False:
+    /// the secure layer's `seal_many` does it, nothing having changed.
+    fn seal_fast(&self, py: Python<'_>, peer: &Bound<'_, PyString>, plains: &[Vec<u8>], now: f64, out: &Bound<'_, PyList>) -> PyResult<bool> {
+        self.seal_fast_to(py, peer, plains, now, &mut Sink::List(out))
+    }
+
+    fn seal_fast_to(&self, py: Python<'_>, peer: &Bound<'_, PyString>, plains: &[Vec<u8>], now: f64, sink: &mut Sink<'_, '_>) -> PyResult<bool> {
+        let (current, limit) = match locked(&self.fast).as_ref() {
+            Some(f) => (f.current.clone_ref(py), f.unanswered_rehandshake),
+            None => return Ok(false),
+        };
+        let Some(s) = current.bind(py).get_item(peer)? else { return Ok(false) };
+        let f = |name: &Bound<'_, PyString>| -> PyResult<f64> { s.getattr(name)?.extract::<f64>() };
+        if now >= f(pyo3::intern!(py, "reject_at"))? || !s.getattr(pyo3::intern!(py, "candidate"))?.is_none() {
+            return Ok(false);
+        }
+        if s.getattr(pyo3::intern!(py, "initiator"))?.is_truthy()? && now >= f(pyo3::intern!(py, "rekey_at"))? {
+            return Ok(false);
+        }
+        let unanswered: i64 = s.getattr(pyo3::intern!(py, "unanswered"))?.extract()?;
+        let after = unanswered + plains.len() as i64;
+        if after > limit {
+            let quiet = now - f(pyo3::intern!(py, "last_recv"))?;
+            let silence = f(pyo3::intern!(py, "silence_s"))?.max(4.0 * f(pyo3::intern!(py, "rtt"))?);
+            if quiet > silence {
+                return Ok(false); // a new handshake may be due: the secure layer decides
+            }
+        }
+        let sealer = s.getattr(pyo3::intern!(py, "seal"))?;
+        let Ok(sealer) = sealer.cast::<crate::python::Cipher>() else { return Ok(false) };
+        let counter: u64 = s.getattr(pyo3::intern!(py, "counter"))?.extract()?;
+        if counter.checked_add(plains.len() as u64).is_none() {
+            return Ok(false);
+        }
+        let index: u32 = s.getattr(pyo3::intern!(py, "remote_index"))?.extract()?;
+        let dest = s.getattr(pyo3::intern!(py, "addr"))?;
+        let c = &sealer.get().inner;
+        for (k, p) in plains.iter().enumerate() {
+            let n = p.len() + crate::aead::OVERHEAD;
+            let seal = |o: &mut [u8]| c.seal(o, crate::wire::VERSION, 0x05, index, counter + k as u64, p);
+            match sink {
+                Sink::List(out) => {
+                    let pkt = PyBytes::new_with(py, n, |o| {
+                        seal(o);
+                        Ok(())
+                    })?;
+                    out.append((pkt, &dest))?;
+                }
+                Sink::Batch(b, io) => seal(b.reserve(py, io, n, &dest)?),
+            }
+        }
+        s.setattr(pyo3::intern!(py, "unanswered"), after)?;
+        s.setattr(pyo3::intern!(py, "counter"), counter + plains.len() as u64)?;
+        s.setattr(pyo3::intern!(py, "last_sent"), now)?;
+        Ok(true)
+    }
+
     /// The engine, locked (waiting for the lock without the interpreter's: another thread
     /// may hold it while it calls into Python).
     fn eng(&self, py: Python<'_>) -> MutexGuard<'_, Engine<PyAddr>> {
@@ -269,29 +402,37 @@ impl ExonCore {
         }
     }
 
-    /// After each step: the engine's events into the deque, its counters into the stats,
-    /// and an error a Python callback raised, raised here.
+    /// After each step: the engine's events into the deque (in the order they happened
+    /// beside the secure layer's), and an error a Python callback raised, raised here.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        let (events, deltas) = {
-            let mut e = self.eng(py);
-            (e.take_events(), e.stats.take())
-        };
+        self.sync_events(py)
+    }
+
+    /// `sync` without the counters (per datagram: the call that read them syncs those).
+    fn sync_events(&self, py: Python<'_>) -> PyResult<()> {
+        let events = self.eng(py).take_events();
         if !events.is_empty() {
             let dq = self.events.bind(py);
             for ev in events {
                 dq.call_method1("append", (self.event(py, ev)?,))?;
             }
         }
-        if !deltas.is_empty() {
-            let st = self.stats.bind(py);
-            for (name, d) in deltas {
-                let v: i64 = st.getattr(name)?.extract()?;
-                st.setattr(name, v + d)?;
-            }
-        }
         let taken = locked(&self.err).take();
         if let Some(e) = taken {
             return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The engine's counters added to the `ExonStats` object, when that is read (`stats`):
+    /// the secure layer only ever adds to its own fields there, so the object is exact
+    /// whenever it is read through `stats` (one held across calls lags: read it again).
+    fn sync_stats(&self, py: Python<'_>) -> PyResult<()> {
+        let deltas = self.eng(py).stats.take();
+        let st = self.stats.bind(py);
+        for (name, d) in deltas {
+            let v: i64 = st.getattr(name)?.extract()?;
+            st.setattr(name, v + d)?;
         }
         Ok(())
     }
@@ -315,12 +456,21 @@ impl ExonCore {
 
     /// One datagram read by a secure node: the secure layer opens it (no borrow held: it
     /// may call back), then the engine runs its frames.
-    fn receive_sealed(&self, py: Python<'_>, sec: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>, addr: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
-        let n = data.len()?;
-        self.eng(py).note_datagram(n);
-        let opened = sec.call_method1("open", (data, addr, now))?;
+    /// `receive_sealed` of bytes read natively: a Python object is made only for the
+    /// secure layer's slow path.
+    fn receive_sealed_bytes(&self, py: Python<'_>, sec: &Bound<'_, PyAny>, d: &[u8], addr: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
+        self.eng(py).note_datagram(d.len());
+        if self.open_fast(py, d, addr, now)? {
+            return self.sync_events(py);
+        }
+        let opened = sec.call_method1("open", (PyBytes::new(py, d), addr, now))?;
+        self.opened(py, &opened, addr, now)
+    }
+
+    /// The engine reads what the secure layer opened (None: nothing for it).
+    fn opened(&self, py: Python<'_>, opened: &Bound<'_, PyAny>, addr: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
         if opened.is_none() {
-            return Ok(());
+            return self.sync_events(py);
         }
         let t = opened.cast::<PyTuple>()?;
         let pt = t.get_item(0)?;
@@ -328,7 +478,19 @@ impl ExonCore {
         let peer_s: &str = &peer.cast::<PyString>()?.to_cow()?;
         let pt_b = pt.cast::<PyBytes>()?;
         self.eng(py).receive_plain(pt_b.as_bytes(), Some(peer_s), Some(PyAddr(addr.clone().unbind())), now);
-        self.sync(py)
+        self.sync_events(py)
+    }
+
+    fn receive_sealed(&self, py: Python<'_>, sec: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>, addr: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
+        let n = data.len()?;
+        self.eng(py).note_datagram(n);
+        if let Ok(b) = data.cast::<PyBytes>() {
+            if self.open_fast(py, b.as_bytes(), addr, now)? {
+                return self.sync_events(py);
+            }
+        }
+        let opened = sec.call_method1("open", (data, addr, now))?;
+        self.opened(py, &opened, addr, now)
     }
 }
 
@@ -370,6 +532,7 @@ impl ExonCore {
         Ok(ExonCore {
             eng: Mutex::new(eng),
             sec,
+            fast: Mutex::new(None),
             refs,
             events,
             stats,
@@ -410,8 +573,18 @@ impl ExonCore {
     }
 
     /// Attach the secure layer (made with this core's callbacks).
-    fn attach_secure(&self, sec: Py<PyAny>) {
+    fn attach_secure(&self, py: Python<'_>, sec: Py<PyAny>) -> PyResult<()> {
+        let s = sec.bind(py);
+        let by_index = s.call_method0("sessions_by_index")?.cast_into::<PyDict>()?.unbind();
+        let current = s.getattr("_current")?.cast_into::<PyDict>()?.unbind();
+        let unanswered = py
+            .import("a3m.exon.secure.state")?
+            .getattr("UNANSWERED_REHANDSHAKE")
+            .and_then(|v| v.extract::<i64>())
+            .unwrap_or(4);
+        *locked(&self.fast) = Some(FastPath { by_index, current, unanswered_rehandshake: unanswered });
         *locked(&self.sec) = Some(sec);
+        Ok(())
     }
 
     #[getter]
@@ -427,6 +600,7 @@ impl ExonCore {
     #[getter]
     fn stats(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.sync(py)?;
+        self.sync_stats(py)?;
         Ok(self.stats.clone_ref(py))
     }
 
@@ -541,6 +715,116 @@ impl ExonCore {
         self.eng(py).record_counts()
     }
 
+    /// A turn's reads, from the socket straight into the engine (`receive_datagrams` of
+    /// what `io.recv(max)` returns, with the time read after the reads): how many datagrams
+    /// were read, and that time.
+    fn receive_io(&self, py: Python<'_>, io: &UdpIo, max: usize) -> PyResult<(usize, f64)> {
+        let read = read_batch(py, io, max)?;
+        let now = monotonic();
+        let n = read.items.len();
+        if n == 0 {
+            return Ok((0, now));
+        }
+        let Some(sec) = self.sec(py) else {
+            for i in 0..n {
+                let addr = io.addr_object(py, read.items[i].2)?;
+                self.eng(py).receive_clear(read.bytes(i), PyAddr(addr.into_any().unbind()), now);
+            }
+            self.sync(py)?;
+            return Ok((n, now));
+        };
+        let sec = sec.bind(py);
+        // Live sessions' datagrams first (as receive_datagrams: a flood waits behind them).
+        let mut order: Vec<usize> = Vec::with_capacity(n);
+        let mut rest: Vec<usize> = Vec::new();
+        if n < 2 {
+            order.push(0);
+        } else {
+            let by_index = locked(&self.fast).as_ref().map(|f| f.by_index.clone_ref(py));
+            for i in 0..n {
+                let live = match (sealed_data(read.bytes(i)), &by_index) {
+                    (Some((index, _)), Some(b)) => b.bind(py).contains(index)?,
+                    _ => false,
+                };
+                if live {
+                    if !rest.is_empty() {
+                        self.eng(py).stats.data_first += 1;
+                    }
+                    order.push(i);
+                } else {
+                    rest.push(i);
+                }
+            }
+            order.extend(rest);
+        }
+        for i in order {
+            let addr = io.addr_object(py, read.items[i].2)?;
+            self.receive_sealed_bytes(py, sec, read.bytes(i), addr.as_any(), now)?;
+        }
+        self.sync(py)?;
+        Ok((n, now))
+    }
+
+    /// `datagrams_to_send(now)`, sealed into one batch for `io.send` (None: nothing to send).
+    fn output_batch(&self, py: Python<'_>, io: &UdpIo, now: f64) -> PyResult<Option<OutBatch>> {
+        let items = self.eng(py).take_output(now);
+        let sec = self.sec(py);
+        let mut batch = OutBatch::default();
+        let control = |b: &mut OutBatch| -> PyResult<()> {
+            let Some(s) = &sec else { return Ok(()) };
+            let s = s.bind(py);
+            if s.call_method0("has_output")?.extract::<bool>()? {
+                let ctl = s.call_method0("take_control")?;
+                let mut first = OutBatch::default();
+                for item in ctl.cast::<PyList>()?.iter() {
+                    let t = item.cast::<PyTuple>()?;
+                    first.push(py, io, t.get_item(0)?.cast::<PyBytes>()?.as_bytes(), &t.get_item(1)?)?;
+                }
+                b.prepend(first);
+            }
+            Ok(())
+        };
+        if items.is_empty() {
+            control(&mut batch)?;
+        } else {
+            for item in items {
+                match item {
+                    OutItem::Batch { peer, addr, plains } => match &sec {
+                        None => {
+                            for p in &plains {
+                                batch.push(py, io, p, addr.0.bind(py))?;
+                            }
+                        }
+                        Some(s) => {
+                            let name = self.name(py, &peer);
+                            if !self.seal_fast_to(py, &name, &plains, now, &mut Sink::Batch(&mut batch, io))? {
+                                let pl = PyList::new(py, plains.iter().map(|p| PyBytes::new(py, p)))?;
+                                let out = PyList::empty(py);
+                                s.bind(py).call_method1("seal_many", (name, pl, addr.0.bind(py), now, &out))?;
+                                self.append_list(py, io, &mut batch, &out)?;
+                            }
+                        }
+                    },
+                    OutItem::Solo { peer, addr, plain } => match &sec {
+                        None => {
+                            batch.push(py, io, &plain, addr.0.bind(py))?;
+                        }
+                        Some(s) => {
+                            let out = PyList::empty(py);
+                            s.bind(py).call_method1("seal", (self.name(py, &peer), PyBytes::new(py, &plain), addr.0.bind(py), now, &out))?;
+                            self.append_list(py, io, &mut batch, &out)?;
+                        }
+                    },
+                }
+            }
+            control(&mut batch)?;
+        }
+        let (n, bytes) = (batch.len(), batch.total_bytes());
+        self.eng(py).count_out(n, bytes);
+        self.sync(py)?;
+        Ok(if batch.is_empty() { None } else { Some(batch) })
+    }
+
     fn receive_datagrams(&self, py: Python<'_>, batch: &Bound<'_, PyList>, now: f64) -> PyResult<()> {
         let Some(sec) = self.sec(py) else {
             for item in batch.iter() {
@@ -555,7 +839,7 @@ impl ExonCore {
                 let t = item.cast::<PyTuple>()?;
                 self.receive_sealed(py, sec, &t.get_item(0)?, &t.get_item(1)?, now)?;
             }
-            return Ok(());
+            return self.sync(py);
         }
         let live = sec.call_method0("sessions_by_index")?;
         let live = live.cast::<PyDict>()?;
@@ -591,7 +875,10 @@ impl ExonCore {
 
     fn receive_datagram(&self, py: Python<'_>, data: &Bound<'_, PyAny>, addr: Py<PyAny>, now: f64) -> PyResult<()> {
         match self.sec(py) {
-            Some(sec) => self.receive_sealed(py, sec.bind(py), data, addr.bind(py), now),
+            Some(sec) => {
+                self.receive_sealed(py, sec.bind(py), data, addr.bind(py), now)?;
+                self.sync(py)
+            }
             None => {
                 let b: Vec<u8>;
                 let bytes: &[u8] = match data.cast::<PyBytes>() {
@@ -634,8 +921,11 @@ impl ExonCore {
                         }
                     }
                     Some(s) => {
-                        let pl = PyList::new(py, plains.iter().map(|p| PyBytes::new(py, p)))?;
-                        s.bind(py).call_method1("seal_many", (self.name(py, &peer), pl, addr.0.bind(py), now, &result))?;
+                        let name = self.name(py, &peer);
+                        if !self.seal_fast(py, &name, &plains, now, &result)? {
+                            let pl = PyList::new(py, plains.iter().map(|p| PyBytes::new(py, p)))?;
+                            s.bind(py).call_method1("seal_many", (name, pl, addr.0.bind(py), now, &result))?;
+                        }
                     }
                 },
                 OutItem::Solo { peer, addr, plain } => match &sec {
@@ -789,6 +1079,14 @@ impl ExonCore {
 }
 
 impl ExonCore {
+    fn append_list(&self, py: Python<'_>, io: &UdpIo, batch: &mut OutBatch, out: &Bound<'_, PyList>) -> PyResult<()> {
+        for item in out.iter() {
+            let t = item.cast::<PyTuple>()?;
+            batch.push(py, io, t.get_item(0)?.cast::<PyBytes>()?.as_bytes(), &t.get_item(1)?)?;
+        }
+        Ok(())
+    }
+
     fn count(&self, py: Python<'_>, out: &Bound<'_, PyList>) -> PyResult<()> {
         let mut n = 0usize;
         for item in out.iter() {

@@ -8,7 +8,9 @@
 //! opens and seals around the engine (the bindings call it before and after).
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::BinaryHeap;
+
+use super::{Map as HashMap, Set as HashSet};
 use std::sync::Arc;
 
 use super::clock::{ClockStore, NodeClock};
@@ -178,9 +180,9 @@ impl<A: Clone + PartialEq> Engine<A> {
             stats: Stats::default(),
             sr: OMap::new(),
             rr: OMap::new(),
-            addr: HashMap::new(),
-            headers: HashMap::new(),
-            src_cache: HashMap::new(),
+            addr: HashMap::default(),
+            headers: HashMap::default(),
+            src_cache: HashMap::default(),
             rx_hdr: Vec::new(),
             rx_src: Arc::from(""),
             out: OMap::new(),
@@ -199,14 +201,14 @@ impl<A: Clone + PartialEq> Engine<A> {
             blocked: false,
             closing: false,
             revoke_until: INF,
-            abandoned: HashMap::new(),
+            abandoned: HashMap::default(),
             released: OMap::new(),
             linger: None,
             next_receipt: 1,
             mds: cfg.max_datagram_size,
             has_path_mtu,
-            peer_mds: HashMap::new(),
-            voids_out: HashSet::new(),
+            peer_mds: HashMap::default(),
+            voids_out: HashSet::default(),
             solo: Vec::new(),
             unreachable: OMap::new(),
             peer_timeout: cfg.peer_timeout_s,

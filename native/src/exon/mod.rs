@@ -20,3 +20,8 @@ pub mod recovery;
 pub mod restarts;
 pub mod sender;
 pub mod stats;
+
+/// The engine's hash maps and sets: aHash (keyed at random per process: peer ids and slots
+/// may be chosen by whoever sends us datagrams), not SipHash (several times slower here).
+pub type Map<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+pub type Set<T> = std::collections::HashSet<T, ahash::RandomState>;

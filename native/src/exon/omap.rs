@@ -1,7 +1,9 @@
 //! A map that iterates in insertion order, as a Python dict does: a key inserted again after
 //! its removal goes to the end; an update keeps its place. O(log n) insert and remove.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::Map as HashMap;
 use std::hash::Hash;
 
 #[derive(Debug, Clone)]
@@ -13,7 +15,7 @@ pub struct OMap<K: Eq + Hash + Clone, V> {
 
 impl<K: Eq + Hash + Clone, V> Default for OMap<K, V> {
     fn default() -> Self {
-        OMap { items: HashMap::new(), order: BTreeMap::new(), next: 0 }
+        OMap { items: HashMap::default(), order: BTreeMap::new(), next: 0 }
     }
 }
 

@@ -1,7 +1,9 @@
 //! Soft state: one send record and one receive record per peer and direction (twins of
 //! `a3m/exon/records.py`); the engine owns every rule that changes them.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{Map as HashMap, Set as HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub const INF: f64 = f64::INFINITY;
@@ -41,7 +43,8 @@ impl MsgRef {
 }
 
 impl Message {
-    pub fn new(data: Vec<u8>, chunk: usize, count: u32, rid: Rid) -> MsgRef {
+    /// A message to send in `count` fragments of `chunk` bytes, shared.
+    pub fn shared(data: Vec<u8>, chunk: usize, count: u32, rid: Rid) -> MsgRef {
         MsgRef(Arc::new(Mutex::new(Message { data, chunk, count, remaining: count as i64, bound: 0, rid, r: -1 })))
     }
 }
@@ -165,7 +168,7 @@ impl SendRecord {
             revoked: -1,
             heard_at: now,
             silent: false,
-            first_tx: HashMap::new(),
+            first_tx: HashMap::default(),
             held_probes: 0,
             probe_slot: 0.0,
         }
@@ -222,7 +225,7 @@ impl RecvRecord {
             rck,
             sck: start,
             low: start,
-            dead: HashSet::new(),
+            dead: HashSet::default(),
             reasm: super::omap::OMap::new(),
             last_active: now,
             probe_iv,
@@ -233,7 +236,7 @@ impl RecvRecord {
             revoke_due: INF,
             first: start,
             high: start,
-            copies: HashSet::new(),
+            copies: HashSet::default(),
         }
     }
 

@@ -208,7 +208,7 @@ impl<A: Clone + PartialEq> Engine<A> {
         self.closing = true;
         self.ack_now = true;
         self.revoke_until = now + self.cfg.close_revoke_timeout_s;
-        let rtos: std::collections::HashMap<Arc<str>, f64> = self
+        let rtos: super::Map<Arc<str>, f64> = self
             .sr
             .keys()
             .map(|p| (p.clone(), self.paths.get(p).map_or(0.0, |x| x.pto)))

@@ -179,7 +179,7 @@ impl<A: Clone + PartialEq> Engine<A> {
         } else {
             let chunk = (rec.max_single - (wire::FRAGMENT_OVERHEAD - wire::TOKEN_OVERHEAD) as i64).max(1);
             let count = (size + chunk - 1) / chunk;
-            let msg = Message::new(data, chunk as usize, count as u32, rid);
+            let msg = Message::shared(data, chunk as usize, count as u32, rid);
             rec.queue.extend(pieces(&msg));
             self.pending_total += count;
         }

@@ -45,12 +45,13 @@ from a3m.runtime.driver import (
     _drop_events,
     _readable,
     end_lingering,
+    given_up,
     open_udp,
     parse_bind,
     protocol_step,
     udp_drops,
 )
-from a3m.runtime.offload import offload_for
+from a3m.runtime.offload import fused_reader, offload_for, take_output
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.aio")
@@ -183,7 +184,7 @@ class LoopDriver:
             return  # the turn sends it and re-arms
         proto = self.proto
         if proto.has_output():
-            self._send(proto.datagrams_to_send(time.monotonic()))
+            self._send(take_output(proto, self._io, time.monotonic()))
             if self._any_ready is not None and not self._poll_soon \
                     and threading.get_ident() == self._tid:
                 self._poll_soon = True  # the answer may come soon: see _poll
@@ -282,10 +283,9 @@ class LoopDriver:
         ``is_closed()`` and nothing is ``pending`` above it, or until ``deadline``; then
         hand the linger over (clean close) or stop."""
         proto = self.proto
-        stats = proto.stats
         clean = True
         with self.lock:
-            abandoned = stats.revocations_abandoned + stats.peers_abandoned
+            abandoned = given_up(proto)
         # What the layer above sent before the close goes into the protocol first: once
         # closing, the protocol refuses sends (what is left above it then goes nowhere).
         while pump is not None and pending is not None and self._running:
@@ -314,7 +314,7 @@ class LoopDriver:
                 break
             await self.changed(0.05 if left is None else min(left, 0.05))
         closed = proto.is_closed()
-        clean = clean and stats.revocations_abandoned + stats.peers_abandoned == abandoned
+        clean = clean and given_up(proto) == abandoned
         if not closed:  # let the release frames leave
             end = time.monotonic() + 0.05
             while proto.has_output() and time.monotonic() < end:
@@ -462,9 +462,10 @@ class LoopDriver:
         if t is not None:
             self._arm_at(t)
 
-    def _send(self, out: list[tuple[bytes, Any]]) -> None:
+    def _send(self, out: Any) -> None:
         # a full kernel buffer (the timer retransmits), ICMP errors: counted
-        self.io_errors += self._io.send(out)
+        if out:
+            self.io_errors += self._io.send(out)
 
     def _turn(self, readable: bool) -> None:
         """Read what waits, run timers, handle events, send: one turn, on the loop.
@@ -483,7 +484,23 @@ class LoopDriver:
                 io = self._io
                 batch: list[tuple[bytes, Any]]  # handed over whole: live sessions first
                 native_recv = getattr(io, "recv", None)
-                if native_recv is not None:
+                fused = fused_reader(proto, io)
+                got = 0
+                if fused is not None:  # the native engine reads from the native sockets
+                    batch = []
+                    native_recv = None
+                    try:
+                        got, now = fused(io, DRAIN_BURST)
+                    except OSError:
+                        self.io_errors += 1
+                        now = time.monotonic()
+                    if got and self._wait_t0:
+                        self._poll_choice.record(self._wait_polled,
+                                                 time.perf_counter() - self._wait_t0,
+                                                 self._wait_preempted)
+                        self._wait_t0 = 0.0
+                        self._wait_preempted = False
+                elif native_recv is not None:
                     try:
                         batch = native_recv(DRAIN_BURST)  # one call: recvmmsg (none: empty)
                     except OSError:
@@ -497,10 +514,12 @@ class LoopDriver:
                         self._wait_preempted = False
                 else:
                     batch = []
-                coalesced = io.reader(buf) if io.gro and native_recv is None else None
+                coalesced = io.reader(buf) if io.gro and native_recv is None \
+                    and fused is None else None
                 take = batch.append
                 look = self._readable
-                for i in range(0 if native_recv is None else DRAIN_BURST, DRAIN_BURST):
+                for i in range(0 if native_recv is None and fused is None else DRAIN_BURST,
+                               DRAIN_BURST):
                     if (i == 1 or (i == 0 and not readable)) and not look(0):
                         break
                     try:
@@ -521,13 +540,14 @@ class LoopDriver:
                         self._wait_preempted = False
                     if len(batch) >= DRAIN_BURST:
                         break
-                now = time.monotonic()  # after the reads (the threaded driver says why)
+                if fused is None:
+                    now = time.monotonic()  # after the reads (the threaded driver says why)
                 errors, changed = protocol_step(proto, batch, self._events, self._on_events,
                                                 self._on_turn, now)
                 self.event_errors += errors
                 if changed:
                     self.notify_all()
-                out = proto.datagrams_to_send(now)
+                out = take_output(proto, io, now)
             except Exception:  # never let an error escape into the event loop
                 self.loop_errors += 1
                 log.exception("a3m asyncio driver error (counted, loop continues)")

@@ -42,7 +42,7 @@ from typing import Any
 from a3m.errors import Closed
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
-from a3m.runtime.offload import offload_for
+from a3m.runtime.offload import fused_reader, offload_for, take_output
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.runtime")
@@ -156,6 +156,13 @@ def protocol_step(proto: Transport, batch: list[tuple[bytes, Any]], events: dequ
     if on_turn is not None:
         on_turn(now)
     return errors, changed
+
+
+def given_up(proto: Any) -> int:
+    """Revocations and peers the protocol gave up so far (its counters read afresh: the
+    native engine adds its own to ``proto.stats`` when that is read)."""
+    st = proto.stats
+    return int(st.revocations_abandoned + st.peers_abandoned)
 
 
 def dispatch_events(events: deque[Event], on_events: EventHandler, now: float) -> int:
@@ -467,7 +474,7 @@ class Driver:
 
     def _send_now(self) -> None:
         """Under the lock: send what the protocol has, from the calling thread."""
-        out = self.proto.datagrams_to_send(time.monotonic())
+        out = take_output(self.proto, self._io, time.monotonic())
         if out:
             with self._send_order:  # after what a turn took before us (see _turn)
                 self.io_errors += self._io.send(out)
@@ -571,10 +578,9 @@ class Driver:
         monotonic ``deadline``; then linger (clean close) or stop. Returns True when the close
         completed without giving anything up (a revocation or a silent peer abandoned)."""
         proto = self.proto
-        stats = proto.stats
         clean = True
         with self.lock:
-            abandoned = stats.revocations_abandoned + stats.peers_abandoned
+            abandoned = given_up(proto)
             # What the layer above sent before the close goes into the protocol first: once
             # closing, the protocol refuses sends (what is left above it then goes nowhere).
             while pump is not None and pending is not None and self.running:
@@ -596,7 +602,7 @@ class Driver:
                     pump(time.monotonic())
                 self.wake()
             closed = proto.is_closed()
-            clean = clean and stats.revocations_abandoned + stats.peers_abandoned == abandoned
+            clean = clean and given_up(proto) == abandoned
             if not closed:  # let the release frames leave (a linger sends them itself)
                 end = time.monotonic() + 0.05
                 while proto.has_output() and time.monotonic() < end:
@@ -730,10 +736,22 @@ class Driver:
             recv = sock.recvfrom
             io = self._io
             batch: list[tuple[bytes, Any]]  # handed over whole: live sessions go first
+            fused = fused_reader(proto, io)
+            got = 0
             # The native data plane's batch read (None: the Python twin's loop of reads).
             native_recv: Callable[[int], list[tuple[bytes, Any]]] | None = getattr(
                 io, "recv", None)
-            if native_recv is not None:
+            if fused is not None:
+                # the native engine reads from the native socket layer itself (and reads
+                # the time after its reads: see below)
+                batch = []
+                native_recv = None
+                try:
+                    got, now = fused(io, DRAIN_BURST)
+                except OSError:
+                    self.io_errors += 1
+                    now = time.monotonic()
+            elif native_recv is not None:
                 try:
                     batch = native_recv(DRAIN_BURST)  # one call: recvmmsg, GRO runs cut
                 except OSError:
@@ -741,9 +759,11 @@ class Driver:
                     batch = []
             else:
                 batch = []
-            coalesced = io.reader(buf) if io.gro and native_recv is None else None
+            coalesced = io.reader(buf) if io.gro and native_recv is None and fused is None \
+                else None
             take = batch.append
-            for i in range(0 if native_recv is None else DRAIN_BURST, DRAIN_BURST):
+            for i in range(0 if native_recv is None and fused is None else DRAIN_BURST,
+                           DRAIN_BURST):
                 if i == 1 and leader and not readable(0):
                     # A leader, after one datagram, looks before reading again: a read that
                     # finds nothing costs a system call and a raised exception (1.8 us
@@ -767,15 +787,16 @@ class Driver:
             # milliseconds older than the ACKs read; RTT samples then came out shorter than
             # the path's (2.6 ms on a 10 ms path, measured), and the congestion window, sized
             # from the least RTT, shrank round after round. A later time only lengthens one.
-            now = time.monotonic()
-            if batch and self._lingering:
+            if fused is None:
+                now = time.monotonic()
+            if (batch or got) and self._lingering:
                 self.linger_heard = now  # a peer still speaks: the exit waits (wait_lingering)
             errors, changed = protocol_step(proto, batch, self._events, self._on_events,
                                             self._on_turn, now)
             self.event_errors += errors
             if changed:
                 self.notify_all()
-            out = proto.datagrams_to_send(now)
+            out = take_output(proto, io, now)
             if out:
                 # Taken before the lock goes: output leaves in the order it was made. An
                 # application thread's _send_now could otherwise overtake this send loop

@@ -129,6 +129,25 @@ def offload_for(sock: socket.socket) -> Any:
     return UdpOffload(sock, gso=gso, gro=gro)
 
 
+def take_output(proto: Any, io: Any, now: float) -> Any:
+    """A turn's output for ``io.send``: the native engine's ``output_batch`` (sealed into one
+    buffer, no Python object per datagram) where both it and the socket layer are native,
+    else the protocol's ``datagrams_to_send`` list. Either is falsy when there is nothing."""
+    batch = getattr(proto, "output_batch", None)
+    if batch is not None and hasattr(io, "recv"):
+        return batch(io, now)
+    return proto.datagrams_to_send(now)
+
+
+def fused_reader(proto: Any, io: Any) -> Any:
+    """The native engine's ``receive_io`` where both it and the socket layer are native (a
+    turn's reads go from the kernel into the engine: it returns how many were read and the
+    time after the reads), else None."""
+    if hasattr(io, "recv"):
+        return getattr(proto, "receive_io", None)
+    return None
+
+
 #: Offload on the native path when ``A3M_UDP_OFFLOAD`` is unset (docs/performance.md,
 #: "Native data plane": measured there).
 NATIVE_OFFLOAD = "gso"

@@ -7,7 +7,9 @@ highest counter, cost three operations on a 4096-bit number per datagram, 0.3-0.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
+
+from a3m._dataplane import native
 
 #: Counters this far below the highest seen are refused as too old.
 WINDOW: Final = 4096
@@ -49,3 +51,24 @@ class ReplayWindow:
                     ring[j % _BYTES] = 0
             self.top = counter
         ring[i] |= 1 << (counter & 7)
+
+
+class Replay(Protocol):
+    """What a session needs of its replay window (this module's, or the native twin)."""
+
+    @property
+    def top(self) -> int: ...
+
+    def fresh(self, counter: int) -> bool: ...
+
+    def accept(self, counter: int) -> None: ...
+
+
+def new_replay_window() -> Replay:
+    """The window that runs: ``a3m._native.ReplayWindow`` where ``a3m.NATIVE`` (the native
+    engine then checks and records a live session's counters without a Python call), else
+    :class:`ReplayWindow`."""
+    if native is not None:
+        w: Replay = native.ReplayWindow()
+        return w
+    return ReplayWindow()

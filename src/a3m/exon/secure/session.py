@@ -6,7 +6,7 @@ from collections.abc import Hashable
 from typing import Final
 
 from a3m.exon.secure.aead import Cipher, new_cipher
-from a3m.exon.secure.replay import ReplayWindow
+from a3m.exon.secure.replay import Replay, new_replay_window
 
 Address = Hashable
 INF: Final = float("inf")
@@ -37,7 +37,7 @@ class Session:
         self.seal: Cipher = new_cipher(send_key)  # (native where a3m.NATIVE: aead.py)
         self.open: Cipher = new_cipher(recv_key)
         self.counter = 0
-        self.replay = ReplayWindow()
+        self.replay: Replay = new_replay_window()  # (native where a3m.NATIVE: replay.py)
         self.addr: Address = addr
         self.candidate: Address | None = None
         self.budget = 0
