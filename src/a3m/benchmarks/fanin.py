@@ -23,18 +23,27 @@ goes on, so a run never hangs):
 ``kib_per_peer`` is the collector's resident memory after the quiet phase over its memory
 before the first link, per peer. ``rx_drops`` counts what the collector's kernel socket
 dropped over the whole run (pyzmq: TCP drops nothing, None).
+
+Each A3M row says which data plane ran (:func:`plane`, read in the worker processes):
+``path`` (``native``: ``a3m._native``; ``python``: its Python twins), ``engine`` (the Exon
+engine's) and ``offload`` (``gso``, ``gro`` of the collector's UDP socket). ``paths``
+(``--paths native,python``) runs A3M on both data planes in one invocation: the system
+``a3m-python`` starts its processes with ``A3M_NATIVE=0`` (:func:`data_plane`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import resource
 import struct
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from a3m._dataplane import NATIVE_ENV
 from a3m.benchmarks.procs import WorkerFailed, cpus_for
 from a3m.benchmarks.registry import Progress, machine
 
@@ -52,6 +61,81 @@ COUNTERS = ("datagrams_in", "datagrams_out", "retransmits", "probe_timeouts", "p
             "handshakes_started", "handshakes_accepted", "hellos_answered", "retries_sent",
             "unauth_shed", "handshake_repeats", "probes_deferred")
 _ID = struct.Struct(">II")  # producer index, sequence number
+
+
+#: A3M's data planes (``--paths``): ``native`` runs as installed (``a3m.NATIVE``), ``python``
+#: with ``A3M_NATIVE=0`` (the system ``a3m-python``).
+PATHS = ("native", "python")
+
+
+def a3m_systems(paths: str = "native") -> list[str]:
+    """The A3M systems for ``--paths`` (``native``, ``python`` or both, separated by
+    commas): ``a3m`` and ``a3m-python``; ValueError for anything else. Where the native data
+    plane does not run here, ``a3m`` would run the Python one again beside ``a3m-python``:
+    it is left out then (a lone ``a3m`` stays, and its rows say ``path: python``)."""
+    import a3m
+
+    want = list(dict.fromkeys(p.strip() for p in paths.split(",") if p.strip()))
+    if not want or set(want) - set(PATHS):
+        raise ValueError(f"paths are some of {','.join(PATHS)}, not {paths!r}")
+    names = ["a3m" if p == "native" else "a3m-python" for p in want]
+    if not a3m.NATIVE and len(names) > 1:
+        names.remove("a3m")
+    return names
+
+
+@contextlib.contextmanager
+def data_plane(system: str) -> Iterator[None]:
+    """Processes started within run ``system``'s data plane: ``A3M_NATIVE=0`` in their
+    environment for an ``...-python`` system (read as ``a3m`` is imported, there), the
+    environment as it is otherwise."""
+    if not system.endswith("-python"):
+        yield
+        return
+    old = os.environ.get(NATIVE_ENV)
+    os.environ[NATIVE_ENV] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(NATIVE_ENV, None)
+        else:
+            os.environ[NATIVE_ENV] = old
+
+
+def plane(node: Any) -> dict[str, Any]:
+    """Which data plane an A3M node (``a3m.Node`` or ``a3m.aio.Node``) runs, in its process:
+    ``path`` (``native`` when ``a3m.NATIVE``, else ``python``), ``engine`` (its Exon
+    engine's: ``native`` or ``python``, ``A3M_ENGINE``) and ``offload`` (its UDP socket's
+    ``gso`` sends and ``gro`` reads)."""
+    import a3m
+
+    sync = getattr(node, "sync", node)
+    io = sync._driver._io
+    native_engine = type(sync._proto).__module__ == "a3m._native"
+    return {"path": "native" if a3m.NATIVE else "python",
+            "engine": "native" if native_engine else "python",
+            "offload": {"gso": bool(getattr(io, "gso", False)),
+                        "gro": bool(getattr(io, "gro", False))}}
+
+
+def one_path(paths: list[str | None]) -> str | None:
+    """The path several processes reported: the one they share, ``mixed``, or None."""
+    got = {p for p in paths if p is not None}
+    return None if not got else got.pop() if len(got) == 1 else "mixed"
+
+
+def planes_text(runs: list[dict[str, Any]]) -> str:
+    """One line per A3M system of ``runs``: the data plane and offload it ran with (for the
+    plots)."""
+    lines = []
+    for system in dict.fromkeys(r["system"] for r in runs if r["system"].startswith("a3m")):
+        r = next(r for r in runs if r["system"] == system)
+        off = r.get("offload") or {}
+        lines.append(f"{system}: {r.get('path')} data plane, {r.get('engine')} engine, "
+                     f"GSO {'on' if off.get('gso') else 'off'}, "
+                     f"GRO {'on' if off.get('gro') else 'off'}")
+    return "\n".join(lines)
 
 
 def _node_options() -> dict[str, Any]:
@@ -160,7 +244,7 @@ def _collector(system: str, conn: Any, peers: int, messages: int, quiet_s: float
     if prefix:
         _sample_stacks(f"{prefix}-{system}-{peers}.txt")
     try:
-        if system == "a3m":
+        if system.startswith("a3m"):
             _a3m_collector(conn, peers, messages, quiet_s, timeout)
         else:
             _zmq_collector(conn, peers, messages, quiet_s, timeout)
@@ -267,7 +351,7 @@ def _a3m_collector(conn: Any, peers: int, messages: int, quiet_s: float,
     pull = node.socket(a3m.PULL, "in", **_socket_options())
     links = pull._core.links
     rss0 = _rss()
-    conn.send({"address": node.address})
+    conn.send({"address": node.address, **plane(node)})
 
     def drops() -> int | None:
         return node.stats["rx_drops"]
@@ -386,7 +470,7 @@ def _producers(system: str, conn: Any, first: int, count: int, address: tuple[st
         os.sched_setaffinity(0, cpus)
     _more_files(count)
     try:
-        if system == "a3m":
+        if system.startswith("a3m"):
             asyncio.run(_a3m_producers(conn, first, count, address, messages, size, sources,
                                        timeout))
         else:
@@ -414,7 +498,7 @@ async def _a3m_producers(conn: Any, first: int, count: int, address: tuple[str, 
                             key=os.urandom(32), **_node_options())
         node.associate("collector", address)
         nodes.append((i, node, node.socket(a3m.PUSH, "out", **_socket_options())))
-    conn.send({"created": count})
+    conn.send({"created": count, "path": plane(nodes[0][1])["path"] if nodes else None})
     go = (await loop.run_in_executor(None, conn.recv))["go"]
     await asyncio.sleep(max(0.0, go - time.time()))
     last = 0.0
@@ -535,20 +619,25 @@ def run_once(system: str, peers: int, messages: int, size: int = 64, quiet_s: fl
     ctx = mp.get_context("spawn")
     rx_cpus, tx_cpus = cpus_for(placement)
     t_start = time.perf_counter()
-    col = _Child(ctx, _collector, system, peers, messages, quiet_s, timeout, rx_cpus)
+    with data_plane(system):
+        col = _Child(ctx, _collector, system, peers, messages, quiet_s, timeout, rx_cpus)
     children = [col]
     out: dict[str, Any] = {"system": system, "peers": peers, "messages_each": messages,
                            "size": size, "sources": sources}
     try:
-        address = tuple(col.get(60, "collector start")["address"])
+        start = col.get(60, "collector start")
+        address = tuple(start["address"])
+        out.update(path=start.get("path"), engine=start.get("engine"),
+                   offload=start.get("offload"))
         prods = []
-        for first in range(0, peers, per_process):
-            count = min(per_process, peers - first)
-            prods.append(_Child(ctx, _producers, system, first, count, address, messages,
-                                size, sources, timeout, tx_cpus))
+        with data_plane(system):
+            for first in range(0, peers, per_process):
+                count = min(per_process, peers - first)
+                prods.append(_Child(ctx, _producers, system, first, count, address, messages,
+                                    size, sources, timeout, tx_cpus))
         children += prods
-        for p in prods:
-            p.get(max(120.0, timeout), "producers start")
+        made = [p.get(max(120.0, timeout), "producers start") for p in prods]
+        out["producer_path"] = one_path([m.get("path") for m in made])
         progress(f"fanin {system} {peers}: {len(prods)} producer process(es) ready, linking")
         go = time.time() + 0.2
         col.put({"go": go})
@@ -597,14 +686,16 @@ def run_once(system: str, peers: int, messages: int, size: int = 64, quiet_s: fl
         for p in prods:
             p.put("counts")
         after = [p.get(60, "producers' counts") for p in prods]
-        if system == "a3m":
+        if system.startswith("a3m"):
             out["producer_counts"] = {
                 "link": {k: sum(r["counts"][k] for r in reps) for k in (*COUNTERS, "turns")},
                 "after_link": {k: sum(r["counts"][k] for r in after)
                                for k in (*COUNTERS, "turns")}}
-        progress(f"fanin {system} {peers}: {out['msgs_per_s']} msg/s, quiet CPU "
+        progress(f"fanin {system} {peers}: {out['msgs_per_s']} msg/s "
+                 f"({out['busy_cpu_us_per_msg']} us CPU/msg), quiet CPU "
                  f"{out['idle_cpu_pct']} %, {out['kib_per_peer']} KiB/peer, drops "
-                 f"{out['rx_drops']}, exact={out['exact']}")
+                 f"{out['rx_drops']}, exact={out['exact']}"
+                 + (f", path {out['path']}" if out.get("path") else ""))
     except WorkerFailed as exc:
         out["error"] = str(exc)
         out["exact"] = False
@@ -621,16 +712,19 @@ def run_once(system: str, peers: int, messages: int, size: int = 64, quiet_s: fl
 def run_fanin(peer_counts: tuple[int, ...], messages: int | None = None, size: int = 64,
               quiet_s: float = 10.0, timeout: float = 120.0, per_process: int = PER_PROCESS,
               sources: int = 1, placement: str = "spread", baselines: bool = True,
-              progress: Progress = lambda _: None) -> dict[str, Any]:
-    """A3M (and pyzmq, in the same invocation) for each number of peers. The top level
-    holds the figures of the last (largest given) number of peers, pyzmq's under
-    ``baselines``; ``runs`` holds every run."""
-    systems = ("a3m", "pyzmq") if baselines else ("a3m",)
+              progress: Progress = lambda _: None, paths: str = "native") -> dict[str, Any]:
+    """A3M on each of ``paths``' data planes (and pyzmq, in the same invocation) for each
+    number of peers. The top level holds the figures of the last (largest given) number of
+    peers for the first A3M system, pyzmq's under ``baselines``, every system's under
+    ``systems``; ``runs`` holds every run."""
+    systems = a3m_systems(paths)
     if baselines:
         try:
             import zmq  # noqa: F401
+
+            systems.append("pyzmq")
         except ImportError:
-            systems = ("a3m",)
+            pass
     runs = []
     for n in peer_counts:
         each = messages or default_messages(n)
@@ -638,21 +732,24 @@ def run_fanin(peer_counts: tuple[int, ...], messages: int | None = None, size: i
             runs.append(run_once(system, n, each, size, quiet_s, timeout, per_process,
                                  sources, placement, progress))
     last = peer_counts[-1]
-    top = next(r for r in runs if r["system"] == "a3m" and r["peers"] == last)
+    top = next(r for r in runs if r["system"] == systems[0] and r["peers"] == last)
     result: dict[str, Any] = {"workload": "fanin", "peers": last, "size": size,
                               "messages": top["messages_each"] * last,
                               "placement": placement, "sources": sources,
-                              "quiet_s": quiet_s, "timeout_s": timeout,
+                              "quiet_s": quiet_s, "timeout_s": timeout, "paths": paths,
                               "node_options": _node_options(),
                               "socket_options": _socket_options()}
-    for key in ("link_s", "idle_cpu_pct", "kib_per_peer", "rx_drops", "msgs_per_s", "sent",
-                "received", "lost", "duplicates", "phantoms", "unsent", "exact", "error"):
+    keys = ("link_s", "idle_cpu_pct", "kib_per_peer", "rx_drops", "msgs_per_s",
+            "busy_cpu_us_per_msg", "lost", "duplicates", "exact", "error", "path", "engine",
+            "offload")
+    for key in ("sent", "received", "phantoms", "unsent", *keys):
         if key in top:
             result[key] = top[key]
-    result["baselines"] = {r["system"]: {k: r.get(k) for k in (
-        "link_s", "idle_cpu_pct", "kib_per_peer", "rx_drops", "msgs_per_s", "lost",
-        "duplicates", "exact", "error") if k in r}
-        for r in runs if r["system"] != "a3m" and r["peers"] == last}
+    result["baselines"] = {r["system"]: {k: r.get(k) for k in keys if k in r}
+                           for r in runs if not r["system"].startswith("a3m")
+                           and r["peers"] == last}
+    result["systems"] = {r["system"]: {k: r.get(k) for k in keys if k in r}
+                         for r in runs if r["peers"] == last}
     result["runs"] = runs
     result["all_exact"] = all(r.get("exact") for r in runs)
     result["machine"] = machine()
@@ -668,8 +765,11 @@ def plot(result: dict[str, Any], path: str) -> str:
 
     fig = Figure(figsize=(11, 6.5))
     axes = fig.subplots(2, 3).flatten()
+    styles = {"a3m": "o-", "a3m-python": "^-.", "pyzmq": "s--"}
+    systems = list(dict.fromkeys(r["system"] for r in result["runs"]))
     for ax, (key, label) in zip(axes, FIGURES, strict=False):
-        for system, style in (("a3m", "o-"), ("pyzmq", "s--")):
+        for system in systems:
+            style = styles.get(system, "x:")
             rows = [r for r in result["runs"] if r["system"] == system
                     and isinstance(r.get(key), (int, float))]
             if rows:
@@ -686,7 +786,8 @@ def plot(result: dict[str, Any], path: str) -> str:
     ax.text(0, 0.5, f"fan-in of {result['size']} B messages\n"
                     f"{m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}, "
                     f"compiled={m.get('compiled')}\nplacement {result.get('placement')}, "
-                    f"{result.get('sources', 1)} source address(es)", fontsize="small")
+                    f"{result.get('sources', 1)} source address(es)\n"
+                    + planes_text(result["runs"]), fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return path
