@@ -18,7 +18,10 @@ to groups of 1, 4 and 16 DISHes (ALL) beside a PUB with as many SUBs
 receiver with garbage datagrams from 254 addresses (:mod:`a3m.benchmarks.storm`).
 ``a3m bench fanin --peers N`` links N producer nodes to one collector's PULL and reports
 link-up time, the collector's quiet CPU, memory per peer, kernel drops, fan-in rate and
-exactness beside pyzmq (:mod:`a3m.benchmarks.fanin`).
+exactness beside pyzmq (:mod:`a3m.benchmarks.fanin`); ``a3m bench fanout --subs N`` the other
+way: one PUB to N SUB nodes, link-up time, the publisher's memory per SUB, deliveries/s and
+exactness beside pyzmq (:mod:`a3m.benchmarks.fanout`). Both take ``--paths native,python``
+(A3M on each data plane, in the same run) and say in each A3M row which one ran.
 
 Adding a workload is one entry in :data:`WORKLOADS`: its one-line help, the function that
 runs it (``args -> exit status``) and its options, built from the option makers below
@@ -200,6 +203,27 @@ def fanin_options(p: argparse.ArgumentParser) -> None:
     fa.add_argument("--timeout", type=float, default=120.0,
                     help="seconds a phase may take before it reports what it saw "
                          "(default 120)")
+    paths(fa)
+
+
+def paths(p: Any) -> None:
+    p.add_argument("--paths", default="native",
+                   help="A3M's data planes, one run each: native (a3m._native, where built), "
+                        "python (its Python twins, A3M_NATIVE=0), or both (native,python); "
+                        "each A3M row says which ran (path) and its UDP offload")
+
+
+def fanout_options(p: argparse.ArgumentParser) -> None:
+    fo = p.add_argument_group("fan-out")
+    fo.add_argument("--subs", default="1000",
+                    help="SUB nodes, one run each (default 1000; e.g. 100,1000: --plot then "
+                         "draws each figure against the number)")
+    fo.add_argument("--per-process", type=int, default=250,
+                    help="SUB nodes per process (asyncio; default 250)")
+    fo.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds a phase may take before it reports what it saw "
+                         "(default 120)")
+    paths(fo)
 
 
 def pipeline_options(p: argparse.ArgumentParser) -> None:
@@ -274,6 +298,11 @@ def _workloads() -> dict[str, Workload]:
             "memory per peer, rate", _fanin,
             (size(), messages(None, "messages per producer (default 200000 / peers, at "
                                     "least 20)"), *loopback, fanin_options)),
+        "fanout": Workload(
+            "one PUB to N SUB nodes, beside pyzmq: link-up, the publisher's memory per SUB, "
+            "deliveries/s, exactness", _fanout,
+            (size(), messages(1000, "messages the PUB sends, each to every SUB (default "
+                                    "1000)"), *loopback, fanout_options)),
         "groups": Workload(
             "RADIO -> groups of DISHes (ALL) beside PUB -> as many SUBs", _groups,
             (size(), messages(20_000, "messages per run (default 20000)"),
@@ -607,9 +636,14 @@ def _fanin(args: argparse.Namespace) -> int:
                 return _error(f"{flag} takes NAME=VALUE, not {item!r}")
         if options:
             os.environ[env] = json.dumps(options)  # (the processes read it)
+    try:
+        fanin.a3m_systems(args.paths)
+    except ValueError as exc:
+        return _error(f"--paths: {exc}")
     result = fanin.run_fanin(counts, per_producer, args.size, args.quiet_s, args.timeout,
                              args.per_process, args.sources, args.placement,
-                             baselines=not args.no_baselines, progress=_progress)
+                             baselines=not args.no_baselines, progress=_progress,
+                             paths=args.paths)
     text = _save(result, args, args.plot, fanin.plot)
     if args.json:
         print(text)
@@ -618,17 +652,68 @@ def _fanin(args: argparse.Namespace) -> int:
         from rich.table import Table
 
         table = Table(title=f"a3m bench fanin ({args.size} B, placement {args.placement})")
-        cols = ("system", "peers", "link s", "quiet CPU %", "KiB/peer", "rx drops",
-                "msg/s", "sent", "lost", "dups", "exact")
+        cols = ("system", "path", "peers", "link s", "quiet CPU %", "KiB/peer", "rx drops",
+                "msg/s", "CPU us/msg", "sent", "lost", "dups", "exact")
         for col in cols:
             table.add_column(col, justify="right")
         for r in result["runs"]:
-            table.add_row(r["system"], str(r["peers"]), str(r.get("link_s")),
+            table.add_row(r["system"], _path_cell(r), str(r["peers"]), str(r.get("link_s")),
                           str(r.get("idle_cpu_pct")), str(r.get("kib_per_peer")),
                           str(r.get("rx_drops")), str(r.get("msgs_per_s")),
+                          str(r.get("busy_cpu_us_per_msg")),
                           str(r.get("sent")), str(r.get("lost")), str(r.get("duplicates")),
                           str(r.get("exact")) + (f" ({r['error']})" if "error" in r else ""))
-        Console(stderr=True).print(table)
+        Console(stderr=True, width=200).print(table)
+    return 0 if result["all_exact"] else 1
+
+
+def _path_cell(row: dict[str, Any]) -> str:
+    """An A3M row's data plane and offload for a table: ``native gso``, ``python``, ``-``."""
+    if not row.get("path"):
+        return "-"
+    off = row.get("offload") or {}
+    return " ".join([row["path"], *(k for k in ("gso", "gro") if off.get(k))])
+
+
+def _fanout(args: argparse.Namespace) -> int:
+    """One PUB to N SUBs, A3M and pyzmq, for each N given."""
+    from a3m.benchmarks import fanin, fanout
+
+    counts = _counts(args.subs)
+    if counts is None:
+        return _error(f"--subs takes counts >= 1 separated by commas, not {args.subs!r}")
+    if args.size < 4 or args.messages < 1 or args.per_process < 1 or args.timeout <= 0:
+        return _error("need --size >= 4, --messages >= 1, --per-process >= 1 and "
+                      "--timeout > 0")
+    try:
+        fanin.a3m_systems(args.paths)
+    except ValueError as exc:
+        return _error(f"--paths: {exc}")
+    result = fanout.run_fanout(counts, args.messages, args.size, args.timeout,
+                               args.per_process, args.placement,
+                               baselines=not args.no_baselines, paths=args.paths,
+                               progress=_progress)
+    text = _save(result, args, args.plot, fanout.plot)
+    if args.json:
+        print(text)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"a3m bench fanout ({args.messages} x {args.size} B, placement "
+                            f"{args.placement})")
+        cols = ("system", "path", "SUBs", "link s", "KiB/SUB", "deliveries/s",
+                "pub CPU us/delivery", "sent", "delivered", "missing", "dups", "exact")
+        for col in cols:
+            table.add_column(col, justify="right")
+        for r in result["runs"]:
+            table.add_row(r["system"], _path_cell(r), str(r["subs"]), str(r.get("link_s")),
+                          str(r.get("kib_per_sub")), str(r.get("deliveries_per_s")),
+                          str(r.get("pub_cpu_us_per_delivery")), str(r.get("sent")),
+                          str(r.get("delivered")), str(r.get("missing")),
+                          str(r.get("duplicates")),
+                          str(r.get("exact")) + (f" ({r['error']})" if "error" in r else ""))
+        Console(stderr=True, width=200).print(table)
     return 0 if result["all_exact"] else 1
 
 
