@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import json
+import random
 import shutil
 import socket
 import threading
@@ -43,6 +44,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _free_udp_port() -> int:
+    """A UDP port free now, below the kernel's ephemeral range where it can (the collector
+    binds it a few seconds later, in its own process: a port from the ephemeral range could
+    be handed to another socket meanwhile, and the collector then failed to bind it)."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
+    for _ in range(64):
+        port = rng.randrange(max(1024, low // 2), max(1025, low))
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
