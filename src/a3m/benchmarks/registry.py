@@ -57,9 +57,13 @@ def register(workload: Workload) -> None:
 def machine() -> dict[str, Any]:
     import a3m
 
-    # compiled: the sans-I/O cores ran as mypyc's extensions (False: their Python sources).
+    from a3m.exon.engine import default_engine
+
+    # compiled: the sans-I/O cores ran as mypyc's extensions (False: their Python sources);
+    # native: the native data plane (a3m._native) ran, engine: which Exon engine.
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "compiled": a3m.COMPILED}
+            "platform": platform.platform(), "compiled": a3m.COMPILED,
+            "native": a3m.NATIVE, "engine": default_engine()}
 
 
 def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _: None,
