@@ -78,6 +78,30 @@ impl Cipher {
         self.seal_in_place(out, version, kind, index, counter);
     }
 
+    /// Open the sealed datagram in place: `datagram` (>= OVERHEAD bytes) holds it, and on
+    /// success its plaintext, at `datagram[HEADER..len - TAG]`. False when the tag does not
+    /// verify (the bytes are then garbage).
+    pub fn open_in_place(&self, datagram: &mut [u8]) -> bool {
+        let n = datagram.len();
+        if n < OVERHEAD {
+            return false;
+        }
+        let mut tag = [0u8; TAG];
+        tag.copy_from_slice(&datagram[n - TAG..]);
+        let mut aad = [0u8; HEADER];
+        aad.copy_from_slice(&datagram[..HEADER]);
+        let counter = counter_of(datagram);
+        self.key
+            .open_in_place_separate_tag(
+                nonce(counter),
+                Aad::from(&aad),
+                Tag::from(tag),
+                &mut datagram[HEADER..n - TAG],
+                0..,
+            )
+            .is_ok()
+    }
+
     /// Open the sealed `datagram` (>= OVERHEAD bytes) into `out` (`datagram.len() - OVERHEAD`
     /// bytes): false when the tag does not verify (`out` is then garbage).
     pub fn open(&self, datagram: &[u8], out: &mut [u8]) -> bool {
@@ -115,8 +139,13 @@ mod tests {
         let mut back = vec![0u8; plain.len()];
         assert!(c.open(&out, &mut back));
         assert_eq!(&back, plain);
+        let mut inplace = out.clone();
+        assert!(c.open_in_place(&mut inplace));
+        assert_eq!(&inplace[HEADER..HEADER + plain.len()], plain);
         out[20] ^= 1;
         assert!(!c.open(&out, &mut back));
+        let mut forged = out.clone();
+        assert!(!c.open_in_place(&mut forged));
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //! same deque the secure layer writes to, in the order they happen; the engine's counters
 //! are added to the same `ExonStats` object after each call.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use ahash::AHashMap as HashMap;
 
 use pyo3::prelude::*;
 use pyo3::{PyTraverseError, PyVisit};
@@ -191,6 +192,124 @@ enum Sink<'a, 'py> {
     Batch(&'a mut OutBatch, &'a UdpIo),
 }
 
+/// What one call's datagrams read of their sessions, looked up once per session and call
+/// rather than once per datagram: the immutable parts (ciphers, replay window, peer) and the
+/// state only the Python secure layer changes (confirmed, candidate, addr). Only the secure
+/// layer's slow path can change that state, so the turn is flushed (its sessions' last_recv
+/// and unanswered written, as the twin writes them at each datagram) and forgotten before each
+/// call into it, and at the end: the Python session reads as the twin's would.
+pub(crate) struct Turn<'py> {
+    by_index: Option<Bound<'py, PyDict>>,
+    index: HashMap<u32, Option<usize>>,
+    sessions: Vec<TurnSession<'py>>,
+}
+
+pub(crate) struct TurnSession<'py> {
+    obj: Bound<'py, PyAny>,
+    /// confirmed, no candidate path
+    plain: bool,
+    addr: Bound<'py, PyAny>,
+    replay: Bound<'py, crate::python::PyReplayWindow>,
+    open: Bound<'py, crate::python::Cipher>,
+    peer: String,
+    /// A datagram opened at this time (last_recv, and unanswered back to 0, to write).
+    heard: Option<f64>,
+}
+
+impl<'py> Turn<'py> {
+    fn new(py: Python<'py>, core: &ExonCore) -> Turn<'py> {
+        let by_index = locked(&core.fast).as_ref().map(|f| f.by_index.bind(py).clone());
+        Turn { by_index, index: HashMap::new(), sessions: Vec::new() }
+    }
+
+    /// The live session of `index` (its slot in `sessions`), looked up once per turn.
+    fn session(&mut self, py: Python<'py>, _core: &ExonCore, index: u32) -> PyResult<Option<usize>> {
+        if let Some(k) = self.index.get(&index) {
+            return Ok(*k);
+        }
+        let found = match &self.by_index {
+            None => None,
+            Some(b) => b.get_item(index)?,
+        };
+        let k = match found {
+            None => None,
+            Some(obj) => {
+                let replay = obj.getattr(pyo3::intern!(py, "replay"))?;
+                let open = obj.getattr(pyo3::intern!(py, "open"))?;
+                match (replay.cast_into::<crate::python::PyReplayWindow>(), open.cast_into::<crate::python::Cipher>()) {
+                    (Ok(replay), Ok(open)) => {
+                        let plain = obj.getattr(pyo3::intern!(py, "confirmed"))?.is_truthy()?
+                            && obj.getattr(pyo3::intern!(py, "candidate"))?.is_none();
+                        let addr = obj.getattr(pyo3::intern!(py, "addr"))?;
+                        let peer = obj.getattr(pyo3::intern!(py, "peer"))?.extract::<String>()?;
+                        self.sessions.push(TurnSession { obj, plain, addr, replay, open, peer, heard: None });
+                        Some(self.sessions.len() - 1)
+                    }
+                    _ => None, // (Python ciphers: the twin's own path)
+                }
+            }
+        };
+        self.index.insert(index, k);
+        Ok(k)
+    }
+
+    /// Whether `index` names a live session (the order of a batch: theirs first).
+    fn live(&mut self, py: Python<'py>, index: u32) -> PyResult<bool> {
+        match &self.by_index {
+            None => Ok(false),
+            Some(b) => {
+                if let Some(k) = self.index.get(&index) {
+                    return Ok(k.is_some() || b.contains(index)?);
+                }
+                let _ = py;
+                b.contains(index)
+            }
+        }
+    }
+
+    /// Write what was opened to the sessions, and forget them (before the secure layer runs).
+    fn flush(&mut self, py: Python<'py>) -> PyResult<()> {
+        for sess in self.sessions.drain(..) {
+            if let Some(t) = sess.heard {
+                sess.obj.setattr(pyo3::intern!(py, "last_recv"), t)?;
+                sess.obj.setattr(pyo3::intern!(py, "unanswered"), 0)?;
+            }
+        }
+        self.index.clear();
+        Ok(())
+    }
+}
+
+/// A datagram the fast path may open: borrowed (a Python `bytes`: opened into a copy) or the
+/// native read buffer's own (opened in place).
+pub(crate) enum Datagram<'a> {
+    Shared(&'a [u8], Vec<u8>),
+    Owned(&'a mut [u8]),
+}
+
+impl<'a> Datagram<'a> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Datagram::Shared(b, _) => b,
+            Datagram::Owned(b) => b,
+        }
+    }
+
+    /// The plaintext, or None when the tag does not verify (an owned buffer is then garbage).
+    fn open(&mut self, c: &crate::aead::Cipher) -> Option<&[u8]> {
+        let n = self.bytes().len();
+        match self {
+            Datagram::Shared(b, out) => {
+                out.resize(n - crate::aead::OVERHEAD, 0);
+                c.open(b, out).then_some(&out[..])
+            }
+            Datagram::Owned(b) => {
+                c.open_in_place(b).then_some(&b[crate::aead::HEADER..n - crate::aead::TAG])
+            }
+        }
+    }
+}
+
 /// A sealed DATA datagram's header fields (None: not one).
 fn sealed_data(d: &[u8]) -> Option<(u32, u64)> {
     if d.len() < crate::aead::OVERHEAD || d[0] != crate::wire::VERSION || d[1] != 0x05 {
@@ -252,44 +371,36 @@ impl ExonCore {
     /// updates (replay window, last_recv, unanswered) as the twin, then the engine reads the
     /// plaintext, all without a Python call. False: the secure layer's `open` does it (a
     /// handshake packet, an unknown or unconfirmed session, a path move, a replayed or forged
-    /// datagram: each counted there), nothing having changed.
-    fn open_fast(&self, py: Python<'_>, d: &[u8], addr: &Bound<'_, PyAny>, now: f64) -> PyResult<bool> {
-        let Some((index, counter)) = sealed_data(d) else { return Ok(false) };
-        let by_index = match locked(&self.fast).as_ref() {
-            Some(f) => f.by_index.clone_ref(py),
-            None => return Ok(false),
+    /// datagram: each counted there), nothing having changed. `turn` holds what this call's
+    /// datagrams read of their sessions (see `Turn`).
+    fn open_fast<'py>(&self, py: Python<'py>, d: &mut Datagram<'_>, addr: &Bound<'py, PyAny>, now: f64, turn: &mut Turn<'py>) -> PyResult<bool> {
+        let Some((index, counter)) = sealed_data(d.bytes()) else { return Ok(false) };
+        let Some(k) = turn.session(py, self, index)? else { return Ok(false) };
+        let sess = &mut turn.sessions[k];
+        if !sess.plain || !(sess.addr.is(addr) || sess.addr.eq(addr)?) {
+            return Ok(false);
+        }
+        if !sess.replay.borrow().inner.fresh(counter) {
+            return Ok(false);
+        }
+        let Some(pt) = d.open(&sess.open.get().inner) else {
+            if matches!(d, Datagram::Shared(..)) {
+                return Ok(false); // (the secure layer opens it again, and counts it forged)
+            }
+            // Opened in place: the datagram is gone. The twin's open would count it forged
+            // and change nothing else (the counter was fresh, the session found): so here.
+            let st = self.stats.bind(py);
+            let forged: i64 = st.getattr(pyo3::intern!(py, "forged"))?.extract()?;
+            st.setattr(pyo3::intern!(py, "forged"), forged + 1)?;
+            return Ok(true);
         };
-        let Some(s) = by_index.bind(py).get_item(index)? else { return Ok(false) };
-        if !s.getattr(pyo3::intern!(py, "confirmed"))?.is_truthy()? {
-            return Ok(false);
-        }
-        if !s.getattr(pyo3::intern!(py, "candidate"))?.is_none() {
-            return Ok(false);
-        }
-        let s_addr = s.getattr(pyo3::intern!(py, "addr"))?;
-        if !(s_addr.is(addr) || s_addr.eq(addr)?) {
-            return Ok(false);
-        }
-        let replay = s.getattr(pyo3::intern!(py, "replay"))?;
-        let Ok(replay) = replay.cast::<crate::python::PyReplayWindow>() else { return Ok(false) };
-        if !replay.borrow().inner.fresh(counter) {
-            return Ok(false);
-        }
-        let opener = s.getattr(pyo3::intern!(py, "open"))?;
-        let Ok(opener) = opener.cast::<crate::python::Cipher>() else { return Ok(false) };
-        let mut pt = vec![0u8; d.len() - crate::aead::OVERHEAD];
-        if !opener.get().inner.open(d, &mut pt) {
-            return Ok(false);
-        }
-        replay.borrow_mut().inner.accept(counter);
-        s.setattr(pyo3::intern!(py, "last_recv"), now)?;
-        s.setattr(pyo3::intern!(py, "unanswered"), 0)?;
+        sess.replay.borrow_mut().inner.accept(counter);
+        sess.heard = Some(now); // (last_recv = now, unanswered = 0: written at the flush)
         if pt.is_empty() {
             return Ok(true); // a keepalive
         }
-        let peer = s.getattr(pyo3::intern!(py, "peer"))?;
-        let peer: &str = &peer.cast::<PyString>()?.to_cow()?;
-        self.eng(py).receive_plain(&pt, Some(peer), Some(PyAddr(addr.clone().unbind())), now);
+        let peer = sess.peer.clone();
+        self.eng(py).receive_plain(pt, Some(&peer), Some(PyAddr(addr.clone().unbind())), now);
         Ok(true)
     }
 
@@ -458,11 +569,12 @@ impl ExonCore {
     /// may call back), then the engine runs its frames.
     /// `receive_sealed` of bytes read natively: a Python object is made only for the
     /// secure layer's slow path.
-    fn receive_sealed_bytes(&self, py: Python<'_>, sec: &Bound<'_, PyAny>, d: &[u8], addr: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
+    fn receive_sealed_bytes<'py>(&self, py: Python<'py>, sec: &Bound<'py, PyAny>, d: &mut [u8], addr: &Bound<'py, PyAny>, now: f64, turn: &mut Turn<'py>) -> PyResult<()> {
         self.eng(py).note_datagram(d.len());
-        if self.open_fast(py, d, addr, now)? {
+        if self.open_fast(py, &mut Datagram::Owned(&mut *d), addr, now, turn)? {
             return self.sync_events(py);
         }
+        turn.flush(py)?;
         let opened = sec.call_method1("open", (PyBytes::new(py, d), addr, now))?;
         self.opened(py, &opened, addr, now)
     }
@@ -485,7 +597,10 @@ impl ExonCore {
         let n = data.len()?;
         self.eng(py).note_datagram(n);
         if let Ok(b) = data.cast::<PyBytes>() {
-            if self.open_fast(py, b.as_bytes(), addr, now)? {
+            let mut turn = Turn::new(py, self);
+            let fast = self.open_fast(py, &mut Datagram::Shared(b.as_bytes(), Vec::new()), addr, now, &mut turn)?;
+            turn.flush(py)?;
+            if fast {
                 return self.sync_events(py);
             }
         }
@@ -719,7 +834,7 @@ impl ExonCore {
     /// what `io.recv(max)` returns, with the time read after the reads): how many datagrams
     /// were read, and that time.
     fn receive_io(&self, py: Python<'_>, io: &UdpIo, max: usize) -> PyResult<(usize, f64)> {
-        let read = read_batch(py, io, max)?;
+        let mut read = read_batch(py, io, max)?;
         let now = monotonic();
         let n = read.items.len();
         if n == 0 {
@@ -734,17 +849,17 @@ impl ExonCore {
             return Ok((n, now));
         };
         let sec = sec.bind(py);
+        let mut turn = Turn::new(py, self);
         // Live sessions' datagrams first (as receive_datagrams: a flood waits behind them).
         let mut order: Vec<usize> = Vec::with_capacity(n);
         let mut rest: Vec<usize> = Vec::new();
         if n < 2 {
             order.push(0);
         } else {
-            let by_index = locked(&self.fast).as_ref().map(|f| f.by_index.clone_ref(py));
             for i in 0..n {
-                let live = match (sealed_data(read.bytes(i)), &by_index) {
-                    (Some((index, _)), Some(b)) => b.bind(py).contains(index)?,
-                    _ => false,
+                let live = match sealed_data(read.bytes(i)) {
+                    Some((index, _)) => turn.live(py, index)?,
+                    None => false,
                 };
                 if live {
                     if !rest.is_empty() {
@@ -759,8 +874,9 @@ impl ExonCore {
         }
         for i in order {
             let addr = io.addr_object(py, read.items[i].2)?;
-            self.receive_sealed_bytes(py, sec, read.bytes(i), addr.as_any(), now)?;
+            self.receive_sealed_bytes(py, sec, read.bytes_mut(i), addr.as_any(), now, &mut turn)?;
         }
+        turn.flush(py)?;
         self.sync(py)?;
         Ok((n, now))
     }
@@ -769,7 +885,20 @@ impl ExonCore {
     fn output_batch(&self, py: Python<'_>, io: &UdpIo, now: f64) -> PyResult<Option<OutBatch>> {
         let items = self.eng(py).take_output(now);
         let sec = self.sec(py);
-        let mut batch = OutBatch::default();
+        let (mut bytes, mut count) = (0usize, 0usize);
+        for item in &items {
+            match item {
+                OutItem::Batch { plains, .. } => {
+                    count += plains.len();
+                    bytes += plains.iter().map(|p| p.len() + crate::aead::OVERHEAD).sum::<usize>();
+                }
+                OutItem::Solo { plain, .. } => {
+                    count += 1;
+                    bytes += plain.len() + crate::aead::OVERHEAD;
+                }
+            }
+        }
+        let mut batch = OutBatch::with_capacity(bytes, count);
         let control = |b: &mut OutBatch| -> PyResult<()> {
             let Some(s) = &sec else { return Ok(()) };
             let s = s.bind(py);

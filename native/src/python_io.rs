@@ -56,6 +56,11 @@ impl OutBatch {
 }
 
 impl OutBatch {
+    /// An empty batch with room for `bytes` of datagrams.
+    pub(crate) fn with_capacity(bytes: usize, datagrams: usize) -> OutBatch {
+        OutBatch { data: Vec::with_capacity(bytes), entries: Vec::with_capacity(datagrams) }
+    }
+
     /// Append a datagram for `addr` (a Python address: parsed once per object by the
     /// socket's cache). Returns its length.
     pub(crate) fn push(&mut self, py: Python<'_>, io: &UdpIo, bytes: &[u8], addr: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -155,6 +160,11 @@ impl Read {
         let (s, l, _) = self.items[i];
         &self.data[s..s + l]
     }
+
+    pub(crate) fn bytes_mut(&mut self, i: usize) -> &mut [u8] {
+        let (s, l, _) = self.items[i];
+        &mut self.data[s..s + l]
+    }
 }
 
 /// Read up to `max` datagrams waiting on `io` (recvmmsg calls of up to a batch each, through
@@ -166,6 +176,7 @@ pub(crate) fn read_batch(py: Python<'_>, io: &UdpIo, max: usize) -> PyResult<Rea
         let mut slot = cell.borrow_mut();
         let arena = slot.get_or_insert_with(RecvArena::default);
         let mut out = Read::default();
+        out.data.reserve(64 * 1500);
         let mut got: Vec<Received> = Vec::new();
         while out.items.len() < max {
             got.clear();

@@ -195,6 +195,29 @@ def test_a_tap_on_the_path_reads_nothing_and_its_replays_are_dropped(secure: boo
             st = b.stats["exon"]
             assert st["paths_validated"] == 0
             assert st["delivered"] == delivered, st  # nothing delivered again
+            # Forgeries: the sealed datagrams with a fresh counter (the header is the AEAD's
+            # associated data: the tag no longer verifies), from the address beta knows (the
+            # native path opens those in place) and from elsewhere. Each is counted forged,
+            # or unknown (sealed for alpha's sessions), and changes nothing.
+            data = [d for d in seen if len(d) >= 30 and d[1] == 0x05]
+            before = st["forged"] + st["unknown_session"]
+            for i, d in enumerate(data):
+                fake = d[:6] + (2**63 + i).to_bytes(8, "big") + d[14:]
+                tap.back.sendto(fake, b.address)
+                replayer = _attacker()
+                replayer.sendto(fake, b.address)
+                replayer.close()
+
+            def counted() -> int:
+                st = b.stats["exon"]
+                return int(st["forged"] + st["unknown_session"]) - before
+
+            deadline = time.monotonic() + 30
+            while counted() < 2 * len(data) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            st = b.stats["exon"]
+            assert counted() >= 2 * len(data) and st["forged"] > 0, st
+            assert st["delivered"] == delivered and st["paths_validated"] == 0, st
         finally:
             a.close(timeout=5)  # through the tap, while it still forwards
             tap.close()

@@ -56,7 +56,6 @@ def register(workload: Workload) -> None:
 
 def machine() -> dict[str, Any]:
     import a3m
-
     from a3m.exon.engine import default_engine
 
     # compiled: the sans-I/O cores ran as mypyc's extensions (False: their Python sources);
