@@ -20,4 +20,6 @@ mod python_engine;
 #[cfg(feature = "python")]
 mod python_io;
 #[cfg(feature = "python")]
+pub mod python_session;
+#[cfg(feature = "python")]
 pub mod python_recovery;

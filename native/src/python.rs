@@ -479,6 +479,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_frames, m)?)?;
     m.add_class::<Cipher>()?;
     m.add_class::<PyReplayWindow>()?;
+    m.add_class::<crate::python_session::SessionPath>()?;
+    m.add_class::<crate::python_session::SessionTable>()?;
     m.add_class::<UdpIo>()?;
     m.add_class::<crate::python_io::OutBatch>()?;
     crate::python_engine::register(m)?;

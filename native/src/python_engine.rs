@@ -8,6 +8,7 @@
 //! same deque the secure layer writes to, in the order they happen; the engine's counters
 //! are added to the same `ExonStats` object after each call.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ahash::AHashMap as HashMap;
@@ -180,8 +181,8 @@ impl Classes {
 
 /// What the fast path of a live session reads of the secure layer (its own dicts).
 struct FastPath {
-    by_index: Py<PyDict>,
-    current: Py<PyDict>,
+    /// The secure layer's session table (its `_by_index` and `_current`, natively).
+    table: Arc<Mutex<crate::python_session::Table>>,
     unanswered_rehandshake: i64,
 }
 
@@ -192,91 +193,30 @@ enum Sink<'a, 'py> {
     Batch(&'a mut OutBatch, &'a UdpIo),
 }
 
-/// What one call's datagrams read of their sessions, looked up once per session and call
-/// rather than once per datagram: the immutable parts (ciphers, replay window, peer) and the
-/// state only the Python secure layer changes (confirmed, candidate, addr). Only the secure
-/// layer's slow path can change that state, so the turn is flushed (its sessions' last_recv
-/// and unanswered written, as the twin writes them at each datagram) and forgotten before each
-/// call into it, and at the end: the Python session reads as the twin's would.
-pub(crate) struct Turn<'py> {
-    by_index: Option<Bound<'py, PyDict>>,
-    index: HashMap<u32, Option<usize>>,
-    sessions: Vec<TurnSession<'py>>,
+/// Where a datagram came from: a socket address read natively (its Python tuple made only if
+/// needed), or a Python address (the twin's batches, the simulator's).
+pub(crate) enum Source<'a, 'py> {
+    Sock(SocketAddr, &'a UdpIo),
+    Py(&'a Bound<'py, PyAny>),
 }
 
-pub(crate) struct TurnSession<'py> {
-    obj: Bound<'py, PyAny>,
-    /// confirmed, no candidate path
-    plain: bool,
-    addr: Bound<'py, PyAny>,
-    replay: Bound<'py, crate::python::PyReplayWindow>,
-    open: Bound<'py, crate::python::Cipher>,
-    peer: String,
-    /// A datagram opened at this time (last_recv, and unanswered back to 0, to write).
-    heard: Option<f64>,
-}
-
-impl<'py> Turn<'py> {
-    fn new(py: Python<'py>, core: &ExonCore) -> Turn<'py> {
-        let by_index = locked(&core.fast).as_ref().map(|f| f.by_index.bind(py).clone());
-        Turn { by_index, index: HashMap::new(), sessions: Vec::new() }
-    }
-
-    /// The live session of `index` (its slot in `sessions`), looked up once per turn.
-    fn session(&mut self, py: Python<'py>, _core: &ExonCore, index: u32) -> PyResult<Option<usize>> {
-        if let Some(k) = self.index.get(&index) {
-            return Ok(*k);
-        }
-        let found = match &self.by_index {
-            None => None,
-            Some(b) => b.get_item(index)?,
-        };
-        let k = match found {
-            None => None,
-            Some(obj) => {
-                let replay = obj.getattr(pyo3::intern!(py, "replay"))?;
-                let open = obj.getattr(pyo3::intern!(py, "open"))?;
-                match (replay.cast_into::<crate::python::PyReplayWindow>(), open.cast_into::<crate::python::Cipher>()) {
-                    (Ok(replay), Ok(open)) => {
-                        let plain = obj.getattr(pyo3::intern!(py, "confirmed"))?.is_truthy()?
-                            && obj.getattr(pyo3::intern!(py, "candidate"))?.is_none();
-                        let addr = obj.getattr(pyo3::intern!(py, "addr"))?;
-                        let peer = obj.getattr(pyo3::intern!(py, "peer"))?.extract::<String>()?;
-                        self.sessions.push(TurnSession { obj, plain, addr, replay, open, peer, heard: None });
-                        Some(self.sessions.len() - 1)
-                    }
-                    _ => None, // (Python ciphers: the twin's own path)
-                }
-            }
-        };
-        self.index.insert(index, k);
-        Ok(k)
-    }
-
-    /// Whether `index` names a live session (the order of a batch: theirs first).
-    fn live(&mut self, py: Python<'py>, index: u32) -> PyResult<bool> {
-        match &self.by_index {
-            None => Ok(false),
-            Some(b) => {
-                if let Some(k) = self.index.get(&index) {
-                    return Ok(k.is_some() || b.contains(index)?);
-                }
-                let _ = py;
-                b.contains(index)
-            }
+impl<'a, 'py> Source<'a, 'py> {
+    /// Whether it is the session's proven address (`addr`, parsed as `sock`).
+    fn is(&self, py: Python<'py>, addr: &Py<PyAny>, sock: Option<SocketAddr>) -> PyResult<bool> {
+        match self {
+            Source::Sock(sa, io) => match sock {
+                Some(s) => Ok(s == *sa),
+                None => addr.bind(py).eq(io.addr_object(py, *sa)?),
+            },
+            Source::Py(a) => Ok(addr.bind(py).is(*a) || addr.bind(py).eq(*a)?),
         }
     }
 
-    /// Write what was opened to the sessions, and forget them (before the secure layer runs).
-    fn flush(&mut self, py: Python<'py>) -> PyResult<()> {
-        for sess in self.sessions.drain(..) {
-            if let Some(t) = sess.heard {
-                sess.obj.setattr(pyo3::intern!(py, "last_recv"), t)?;
-                sess.obj.setattr(pyo3::intern!(py, "unanswered"), 0)?;
-            }
-        }
-        self.index.clear();
-        Ok(())
+    fn object(&self, py: Python<'py>) -> PyResult<Py<PyAny>> {
+        Ok(match self {
+            Source::Sock(sa, io) => io.addr_object(py, *sa)?.into_any().unbind(),
+            Source::Py(a) => (*a).clone().unbind(),
+        })
     }
 }
 
@@ -373,35 +313,53 @@ impl ExonCore {
     /// handshake packet, an unknown or unconfirmed session, a path move, a replayed or forged
     /// datagram: each counted there), nothing having changed. `turn` holds what this call's
     /// datagrams read of their sessions (see `Turn`).
-    fn open_fast<'py>(&self, py: Python<'py>, d: &mut Datagram<'_>, addr: &Bound<'py, PyAny>, now: f64, turn: &mut Turn<'py>) -> PyResult<bool> {
+    fn open_fast<'py>(&self, py: Python<'py>, d: &mut Datagram<'_>, from: Source<'_, 'py>, now: f64) -> PyResult<bool> {
         let Some((index, counter)) = sealed_data(d.bytes()) else { return Ok(false) };
-        let Some(k) = turn.session(py, self, index)? else { return Ok(false) };
-        let sess = &mut turn.sessions[k];
-        if !sess.plain || !(sess.addr.is(addr) || sess.addr.eq(addr)?) {
+        let Some(hot) = self.session_by_index(index) else { return Ok(false) };
+        let mut h = crate::python_session::lock(&hot);
+        if !h.confirmed || h.candidate.is_some() || !from.is(py, &h.addr, h.sock_addr)? {
             return Ok(false);
         }
-        if !sess.replay.borrow().inner.fresh(counter) {
+        if !h.window.fresh(counter) {
             return Ok(false);
         }
-        let Some(pt) = d.open(&sess.open.get().inner) else {
+        let Some(pt) = d.open(&h.open) else {
             if matches!(d, Datagram::Shared(..)) {
                 return Ok(false); // (the secure layer opens it again, and counts it forged)
             }
             // Opened in place: the datagram is gone. The twin's open would count it forged
             // and change nothing else (the counter was fresh, the session found): so here.
+            drop(h);
             let st = self.stats.bind(py);
             let forged: i64 = st.getattr(pyo3::intern!(py, "forged"))?.extract()?;
             st.setattr(pyo3::intern!(py, "forged"), forged + 1)?;
             return Ok(true);
         };
-        sess.replay.borrow_mut().inner.accept(counter);
-        sess.heard = Some(now); // (last_recv = now, unanswered = 0: written at the flush)
+        h.window.accept(counter);
+        h.last_recv = now;
+        h.unanswered = 0;
         if pt.is_empty() {
             return Ok(true); // a keepalive
         }
-        let peer = sess.peer.clone();
-        self.eng(py).receive_plain(pt, Some(&peer), Some(PyAddr(addr.clone().unbind())), now);
+        let peer = h.peer.clone();
+        drop(h);
+        let addr = from.object(py)?;
+        self.eng(py).receive_plain(pt, Some(&peer), Some(PyAddr(addr)), now);
         Ok(true)
+    }
+
+    fn session_by_index(&self, index: u32) -> Option<crate::python_session::HotRef> {
+        let fast = locked(&self.fast);
+        let f = fast.as_ref()?;
+        let t = crate::python_session::table(&f.table);
+        t.by_index.get(&index).cloned()
+    }
+
+    fn session_of_peer(&self, peer: &str) -> Option<(crate::python_session::HotRef, i64)> {
+        let fast = locked(&self.fast);
+        let f = fast.as_ref()?;
+        let t = crate::python_session::table(&f.table);
+        t.current.get(peer).cloned().map(|h| (h, f.unanswered_rehandshake))
     }
 
     /// `SecureLayer.seal_many` of `plains` for `peer`, done here when its rules are the plain
@@ -413,38 +371,26 @@ impl ExonCore {
     }
 
     fn seal_fast_to(&self, py: Python<'_>, peer: &Bound<'_, PyString>, plains: &[Vec<u8>], now: f64, sink: &mut Sink<'_, '_>) -> PyResult<bool> {
-        let (current, limit) = match locked(&self.fast).as_ref() {
-            Some(f) => (f.current.clone_ref(py), f.unanswered_rehandshake),
-            None => return Ok(false),
-        };
-        let Some(s) = current.bind(py).get_item(peer)? else { return Ok(false) };
-        let f = |name: &Bound<'_, PyString>| -> PyResult<f64> { s.getattr(name)?.extract::<f64>() };
-        if now >= f(pyo3::intern!(py, "reject_at"))? || !s.getattr(pyo3::intern!(py, "candidate"))?.is_none() {
+        let name: &str = &peer.to_cow()?;
+        let Some((hot, limit)) = self.session_of_peer(name) else { return Ok(false) };
+        let mut h = crate::python_session::lock(&hot);
+        if now >= h.reject_at || h.candidate.is_some() || (h.initiator && now >= h.rekey_at) {
             return Ok(false);
         }
-        if s.getattr(pyo3::intern!(py, "initiator"))?.is_truthy()? && now >= f(pyo3::intern!(py, "rekey_at"))? {
-            return Ok(false);
+        let after = h.unanswered + plains.len() as i64;
+        if after > limit && now - h.last_recv > h.silence_s.max(4.0 * h.rtt) {
+            return Ok(false); // a new handshake may be due: the secure layer decides
         }
-        let unanswered: i64 = s.getattr(pyo3::intern!(py, "unanswered"))?.extract()?;
-        let after = unanswered + plains.len() as i64;
-        if after > limit {
-            let quiet = now - f(pyo3::intern!(py, "last_recv"))?;
-            let silence = f(pyo3::intern!(py, "silence_s"))?.max(4.0 * f(pyo3::intern!(py, "rtt"))?);
-            if quiet > silence {
-                return Ok(false); // a new handshake may be due: the secure layer decides
-            }
-        }
-        let sealer = s.getattr(pyo3::intern!(py, "seal"))?;
-        let Ok(sealer) = sealer.cast::<crate::python::Cipher>() else { return Ok(false) };
-        let counter: u64 = s.getattr(pyo3::intern!(py, "counter"))?.extract()?;
+        let counter = h.counter;
         if counter.checked_add(plains.len() as u64).is_none() {
             return Ok(false);
         }
-        let index: u32 = s.getattr(pyo3::intern!(py, "remote_index"))?.extract()?;
-        let dest = s.getattr(pyo3::intern!(py, "addr"))?;
-        let c = &sealer.get().inner;
+        let index = h.remote_index;
+        let dest = h.addr.bind(py).clone();
+        let sock = h.sock_addr;
         for (k, p) in plains.iter().enumerate() {
             let n = p.len() + crate::aead::OVERHEAD;
+            let c = &h.seal;
             let seal = |o: &mut [u8]| c.seal(o, crate::wire::VERSION, 0x05, index, counter + k as u64, p);
             match sink {
                 Sink::List(out) => {
@@ -454,12 +400,12 @@ impl ExonCore {
                     })?;
                     out.append((pkt, &dest))?;
                 }
-                Sink::Batch(b, io) => seal(b.reserve(py, io, n, &dest)?),
+                Sink::Batch(b, io) => seal(b.reserve_to(py, io, n, &dest, sock)?),
             }
         }
-        s.setattr(pyo3::intern!(py, "unanswered"), after)?;
-        s.setattr(pyo3::intern!(py, "counter"), counter + plains.len() as u64)?;
-        s.setattr(pyo3::intern!(py, "last_sent"), now)?;
+        h.unanswered = after;
+        h.counter = counter + plains.len() as u64;
+        h.last_sent = now;
         Ok(true)
     }
 
@@ -569,14 +515,14 @@ impl ExonCore {
     /// may call back), then the engine runs its frames.
     /// `receive_sealed` of bytes read natively: a Python object is made only for the
     /// secure layer's slow path.
-    fn receive_sealed_bytes<'py>(&self, py: Python<'py>, sec: &Bound<'py, PyAny>, d: &mut [u8], addr: &Bound<'py, PyAny>, now: f64, turn: &mut Turn<'py>) -> PyResult<()> {
+    fn receive_sealed_bytes<'py>(&self, py: Python<'py>, sec: &Bound<'py, PyAny>, d: &mut [u8], sa: SocketAddr, io: &UdpIo, now: f64) -> PyResult<()> {
         self.eng(py).note_datagram(d.len());
-        if self.open_fast(py, &mut Datagram::Owned(&mut *d), addr, now, turn)? {
+        if self.open_fast(py, &mut Datagram::Owned(&mut *d), Source::Sock(sa, io), now)? {
             return self.sync_events(py);
         }
-        turn.flush(py)?;
-        let opened = sec.call_method1("open", (PyBytes::new(py, d), addr, now))?;
-        self.opened(py, &opened, addr, now)
+        let addr = io.addr_object(py, sa)?;
+        let opened = sec.call_method1("open", (PyBytes::new(py, d), &addr, now))?;
+        self.opened(py, &opened, addr.as_any(), now)
     }
 
     /// The engine reads what the secure layer opened (None: nothing for it).
@@ -597,10 +543,7 @@ impl ExonCore {
         let n = data.len()?;
         self.eng(py).note_datagram(n);
         if let Ok(b) = data.cast::<PyBytes>() {
-            let mut turn = Turn::new(py, self);
-            let fast = self.open_fast(py, &mut Datagram::Shared(b.as_bytes(), Vec::new()), addr, now, &mut turn)?;
-            turn.flush(py)?;
-            if fast {
+            if self.open_fast(py, &mut Datagram::Shared(b.as_bytes(), Vec::new()), Source::Py(addr), now)? {
                 return self.sync_events(py);
             }
         }
@@ -690,14 +633,21 @@ impl ExonCore {
     /// Attach the secure layer (made with this core's callbacks).
     fn attach_secure(&self, py: Python<'_>, sec: Py<PyAny>) -> PyResult<()> {
         let s = sec.bind(py);
-        let by_index = s.call_method0("sessions_by_index")?.cast_into::<PyDict>()?.unbind();
-        let current = s.getattr("_current")?.cast_into::<PyDict>()?.unbind();
+        let t = s.call_method0("session_table")?;
+        let table = match t.cast::<crate::python_session::SessionTable>() {
+            Ok(t) => t.borrow().inner.clone(),
+            Err(_) => {
+                // (a Python table: the secure layer runs on its Python twins; no fast path)
+                *locked(&self.sec) = Some(sec);
+                return Ok(());
+            }
+        };
         let unanswered = py
             .import("a3m.exon.secure.state")?
             .getattr("UNANSWERED_REHANDSHAKE")
             .and_then(|v| v.extract::<i64>())
             .unwrap_or(4);
-        *locked(&self.fast) = Some(FastPath { by_index, current, unanswered_rehandshake: unanswered });
+        *locked(&self.fast) = Some(FastPath { table, unanswered_rehandshake: unanswered });
         *locked(&self.sec) = Some(sec);
         Ok(())
     }
@@ -849,7 +799,6 @@ impl ExonCore {
             return Ok((n, now));
         };
         let sec = sec.bind(py);
-        let mut turn = Turn::new(py, self);
         // Live sessions' datagrams first (as receive_datagrams: a flood waits behind them).
         let mut order: Vec<usize> = Vec::with_capacity(n);
         let mut rest: Vec<usize> = Vec::new();
@@ -858,7 +807,7 @@ impl ExonCore {
         } else {
             for i in 0..n {
                 let live = match sealed_data(read.bytes(i)) {
-                    Some((index, _)) => turn.live(py, index)?,
+                    Some((index, _)) => self.session_by_index(index).is_some(),
                     None => false,
                 };
                 if live {
@@ -873,10 +822,9 @@ impl ExonCore {
             order.extend(rest);
         }
         for i in order {
-            let addr = io.addr_object(py, read.items[i].2)?;
-            self.receive_sealed_bytes(py, sec, read.bytes_mut(i), addr.as_any(), now, &mut turn)?;
+            let sa = read.items[i].2;
+            self.receive_sealed_bytes(py, sec, read.bytes_mut(i), sa, io, now)?;
         }
-        turn.flush(py)?;
         self.sync(py)?;
         Ok((n, now))
     }

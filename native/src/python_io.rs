@@ -70,11 +70,15 @@ impl OutBatch {
         Ok(bytes.len())
     }
 
-    /// Reserve `n` bytes for a datagram to `addr` and return them (sealed in place).
-    pub(crate) fn reserve(&mut self, py: Python<'_>, io: &UdpIo, n: usize, addr: &Bound<'_, PyAny>) -> PyResult<&mut [u8]> {
+    /// Reserve `n` bytes for a datagram to `addr` (already parsed as `sock`, or None: parse
+    /// it) and return them, to be sealed in place.
+    pub(crate) fn reserve_to(&mut self, py: Python<'_>, io: &UdpIo, n: usize, addr: &Bound<'_, PyAny>, sock: Option<SocketAddr>) -> PyResult<&mut [u8]> {
         let start = self.data.len();
         self.data.resize(start + n, 0);
-        let d = self.dest(py, io, addr)?;
+        let d = match sock {
+            Some(sa) => Dest::Sock(sa),
+            None => self.dest(py, io, addr)?,
+        };
         self.entries.push((start, n, d));
         Ok(&mut self.data[start..start + n])
     }

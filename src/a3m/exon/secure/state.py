@@ -25,7 +25,7 @@ from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
 from a3m.exon.secure.keys import NodeKey
 from a3m.exon.secure.noise import SymmetricState
-from a3m.exon.secure.session import INF, Session
+from a3m.exon.secure.session import INF, Session, new_session_table
 from a3m.exon.secure.trust import TrustStore
 
 Address = Hashable
@@ -197,6 +197,9 @@ class SecureState:
         self._timeout = timeout_s
         self._by_index: dict[int, Session] = {}
         self._current: dict[str, Session] = {}
+        #: The live sessions' per-datagram state, by index and by peer (as the two dicts
+        #: above): native where a3m.NATIVE, where the engine opens and seals from it.
+        self._table: Any = new_session_table()
         self._previous: dict[str, Session] = {}
         self._pending: dict[str, Initiation] = {}
         self._pending_by_index: dict[int, Initiation] = {}
@@ -215,6 +218,12 @@ class SecureState:
 
     def session_count(self) -> int:
         return len(self._by_index)
+
+    def session_table(self) -> Any:
+        """The live sessions' per-datagram state by index and by peer
+        (``a3m.exon.secure.session.SessionTable`` or its native twin, which the native
+        engine reads)."""
+        return self._table
 
     def sessions_by_index(self) -> dict[int, Session]:
         """The live sessions by the index datagrams under them carry (read it, never change
@@ -310,6 +319,7 @@ class SecureState:
                     s.silence_s = old.silence_s
         self._current[peer] = s
         self._by_index[s.local_index] = s
+        self._table.install(s.local_index, s.path)
         # Lifetimes stretch with the handshake's round trip, so that a new handshake always
         # completes before the old session is refused, even on a very long path.
         s.rekey_at = s.created + max(self._rekey_after, 8 * s.rtt)
@@ -321,7 +331,8 @@ class SecureState:
         s.alive = False
         if s.handshake_key:
             self._completed.pop(s.handshake_key, None)
-        self._by_index.pop(s.local_index, None)
+        if self._by_index.pop(s.local_index, None) is s:
+            self._table.drop(s.local_index, s.path)
         if self._current.get(s.peer) is s:
             del self._current[s.peer]
         if self._previous.get(s.peer) is s:
