@@ -16,9 +16,11 @@ pub mod wire;
 #[cfg(feature = "python")]
 pub mod python;
 #[cfg(feature = "python")]
-mod python_engine;
+pub mod python_engine;
 #[cfg(feature = "python")]
-mod python_io;
+pub mod python_io;
+#[cfg(feature = "python")]
+mod python_loop;
 #[cfg(feature = "python")]
 pub mod python_session;
 #[cfg(feature = "python")]

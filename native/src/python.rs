@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyOverflowError, PyRuntimeError, PyValueError};
@@ -234,6 +234,79 @@ pub struct UdpIo {
     addrs: Mutex<HashMap<SocketAddr, Py<PyTuple>>>,
     /// The addresses sends parsed, by the identity of the object given (kept alive here).
     dests: Mutex<Vec<(Py<PyAny>, SocketAddr)>>,
+    /// Held from taking a turn's output until it is sent, by whichever thread sends (Python
+    /// or the engine's own I/O loop): output leaves in the order it was made.
+    pub(crate) order: Arc<OrderLock>,
+}
+
+/// A lock that can be held across calls (acquired in one, released in another) and waited
+/// for without the interpreter's lock.
+#[derive(Default)]
+pub struct OrderLock {
+    held: Mutex<bool>,
+    freed: std::sync::Condvar,
+}
+
+impl OrderLock {
+    /// Wait for the lock (no interpreter lock held: call it detached).
+    pub fn acquire(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        while *held {
+            held = self.freed.wait(held).unwrap_or_else(|p| p.into_inner());
+        }
+        *held = true;
+    }
+
+    /// Take the lock when it is free (no wait).
+    pub fn try_acquire(&self) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if *held {
+            return false;
+        }
+        *held = true;
+        true
+    }
+
+    pub fn release(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        *held = false;
+        self.freed.notify_one();
+    }
+}
+
+/// `UdpIo.send_order`: the order lock, as Python's `threading.Lock` is used.
+#[pyclass(frozen, module = "a3m._native")]
+pub struct SendOrder {
+    lock: Arc<OrderLock>,
+}
+
+#[pymethods]
+impl SendOrder {
+    #[pyo3(signature = (blocking = true, timeout = -1.0))]
+    fn acquire(&self, py: Python<'_>, blocking: bool, timeout: f64) -> bool {
+        let _ = timeout;
+        if self.lock.try_acquire() {
+            return true; // (the usual case: no wait, the interpreter's lock kept)
+        }
+        if !blocking {
+            return false;
+        }
+        let lock = self.lock.clone();
+        py.detach(move || lock.acquire());
+        true
+    }
+
+    fn release(&self) {
+        self.lock.release();
+    }
+
+    fn __enter__(&self, py: Python<'_>) -> bool {
+        self.acquire(py, true, -1.0)
+    }
+
+    fn __exit__(&self, _t: &Bound<'_, PyAny>, _v: &Bound<'_, PyAny>, _tb: &Bound<'_, PyAny>) {
+        self.release();
+    }
 }
 
 const ADDR_CACHE: usize = 4096;
@@ -302,8 +375,20 @@ impl UdpIo {
         guard("UdpIo", || {
             let fd: i32 = sock.bind(py).call_method0("fileno")?.extract()?;
             let udp = Udp::new(fd, gso, gro).map_err(PyErr::from)?;
-            Ok(UdpIo { sock, udp, addrs: Mutex::new(HashMap::new()), dests: Mutex::new(Vec::new()) })
+            Ok(UdpIo {
+                sock,
+                udp,
+                addrs: Mutex::new(HashMap::new()),
+                dests: Mutex::new(Vec::new()),
+                order: Arc::new(OrderLock::default()),
+            })
         })
+    }
+
+    /// The lock that keeps output in order (``acquire``/``release``, a context manager).
+    #[getter]
+    fn send_order(&self) -> SendOrder {
+        SendOrder { lock: self.order.clone() }
     }
 
     /// Segmented sends on (False once the kernel or the path refused one).
@@ -483,6 +568,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<crate::python_session::SessionTable>()?;
     m.add_class::<UdpIo>()?;
     m.add_class::<crate::python_io::OutBatch>()?;
+    m.add_class::<SendOrder>()?;
     crate::python_engine::register(m)?;
     crate::python_recovery::register(m)?;
     Ok(())

@@ -26,27 +26,61 @@ use crate::python::UdpIo;
 use crate::python_io::{monotonic, read_batch, OutBatch};
 
 /// A Python address (any hashable, e.g. `("127.0.0.1", 5000)`), compared as Python does.
-pub struct PyAddr(Py<PyAny>);
+/// A numeric socket address also keeps its parsed form (and its tuple's length, which
+/// Python's equality sees), so that cloning and comparing need no interpreter: the engine
+/// then runs without the interpreter's lock (`run_io`).
+pub struct PyAddr {
+    obj: Arc<Py<PyAny>>,
+    sock: Option<(SocketAddr, usize)>,
+}
+
+impl PyAddr {
+    pub fn new(obj: Py<PyAny>) -> PyAddr {
+        let sock = Python::attach(|py| {
+            let b = obj.bind(py);
+            let n = b.len().unwrap_or(0);
+            crate::python_session::sock_addr_of(b).map(|sa| (sa, n))
+        });
+        PyAddr { obj: Arc::new(obj), sock }
+    }
+
+    /// A socket address read natively, with its Python tuple (made by the socket's cache).
+    pub fn sock(sa: SocketAddr, obj: Py<PyAny>) -> PyAddr {
+        let n = if sa.is_ipv4() { 2 } else { 4 };
+        PyAddr { obj: Arc::new(obj), sock: Some((sa, n)) }
+    }
+
+    pub fn bind<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
+        self.obj.bind(py)
+    }
+
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        self.sock.map(|(sa, _)| sa)
+    }
+}
 
 impl Clone for PyAddr {
     fn clone(&self) -> Self {
-        Python::attach(|py| PyAddr(self.0.clone_ref(py)))
+        PyAddr { obj: self.obj.clone(), sock: self.sock }
     }
 }
 
 impl PartialEq for PyAddr {
     fn eq(&self, o: &Self) -> bool {
-        if self.0.as_ptr() == o.0.as_ptr() {
+        if Arc::ptr_eq(&self.obj, &o.obj) || self.obj.as_ptr() == o.obj.as_ptr() {
             return true;
         }
-        Python::attach(|py| self.0.bind(py).eq(o.0.bind(py)).unwrap_or(false))
+        if let (Some(a), Some(b)) = (self.sock, o.sock) {
+            return a == b;
+        }
+        Python::attach(|py| self.obj.bind(py).eq(o.obj.bind(py)).unwrap_or(false))
     }
 }
 
 type ErrSlot = Arc<Mutex<Option<PyErr>>>;
 type SecSlot = Arc<Mutex<Option<Py<PyAny>>>>;
 
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -118,14 +152,14 @@ impl Host<PyAddr> for PyHost {
             if v.is_none() {
                 None
             } else {
-                Some(PyAddr(v.unbind()))
+                Some(PyAddr::new(v.unbind()))
             }
         })
     }
     fn path_mtu(&mut self, addr: &PyAddr) -> Option<i64> {
         Python::attach(|py| {
             let f = self.get(py, |r| &r.path_mtu)?;
-            self.keep(f.bind(py).call1((addr.0.bind(py),)).and_then(|v| v.extract::<i64>()))
+            self.keep(f.bind(py).call1((addr.bind(py),)).and_then(|v| v.extract::<i64>()))
         })
     }
     fn sec_holding(&mut self, peer: &str) -> bool {
@@ -180,10 +214,10 @@ impl Classes {
 }
 
 /// What the fast path of a live session reads of the secure layer (its own dicts).
-struct FastPath {
+pub(crate) struct FastPath {
     /// The secure layer's session table (its `_by_index` and `_current`, natively).
-    table: Arc<Mutex<crate::python_session::Table>>,
-    unanswered_rehandshake: i64,
+    pub(crate) table: Arc<Mutex<crate::python_session::Table>>,
+    pub(crate) unanswered_rehandshake: i64,
 }
 
 /// Where sealed datagrams go: the twin's list of `(bytes, address)`, or a batch for the
@@ -210,13 +244,6 @@ impl<'a, 'py> Source<'a, 'py> {
             },
             Source::Py(a) => Ok(addr.bind(py).is(*a) || addr.bind(py).eq(*a)?),
         }
-    }
-
-    fn object(&self, py: Python<'py>) -> PyResult<Py<PyAny>> {
-        Ok(match self {
-            Source::Sock(sa, io) => io.addr_object(py, *sa)?.into_any().unbind(),
-            Source::Py(a) => (*a).clone().unbind(),
-        })
     }
 }
 
@@ -251,7 +278,7 @@ impl<'a> Datagram<'a> {
 }
 
 /// A sealed DATA datagram's header fields (None: not one).
-fn sealed_data(d: &[u8]) -> Option<(u32, u64)> {
+pub(crate) fn sealed_data(d: &[u8]) -> Option<(u32, u64)> {
     if d.len() < crate::aead::OVERHEAD || d[0] != crate::wire::VERSION || d[1] != 0x05 {
         return None;
     }
@@ -261,11 +288,24 @@ fn sealed_data(d: &[u8]) -> Option<(u32, u64)> {
 /// The Exon engine, driven as an `ExonProtocol` is (see the module's docstring).
 #[pyclass(module = "a3m._native", name = "ExonCore")]
 pub struct ExonCore {
-    eng: Mutex<Engine<PyAddr>>,
-    sec: SecSlot,
+    pub(crate) eng: Mutex<Engine<PyAddr>>,
+    pub(crate) sec: SecSlot,
+    /// Datagrams the native loop (`run_io`) read but left to the secure layer (Python), in
+    /// order: the next `receive_io` takes them first.
+    pub(crate) pending_rx: Mutex<Vec<(Vec<u8>, SocketAddr)>>,
+    /// Output the native loop took but could not seal itself, in order: the next
+    /// `output_batch` sends it first.
+    pub(crate) pending_tx: Mutex<Vec<OutItem<PyAddr>>>,
+    /// When the native loop (`run_io`) sleeps until, as f64 bits (0: awake or not in it).
+    pub(crate) loop_until: std::sync::atomic::AtomicU64,
+    /// Forgeries the native paths found (opened in place: counted here, added to the secure
+    /// layer's `forged` when the counters are read).
+    pub(crate) forged: std::sync::atomic::AtomicI64,
+    /// Datagrams the native loop failed to send (the driver adds them to its `io_errors`).
+    pub(crate) io_errors: std::sync::atomic::AtomicU64,
     /// The secure layer's live sessions by index and by peer (its own dicts, read here) and
     /// its rehandshake threshold: the fast path of a live session's datagrams.
-    fast: Mutex<Option<FastPath>>,
+    pub(crate) fast: Mutex<Option<FastPath>>,
     refs: RefsSlot,
     events: Py<PyAny>,
     stats: Py<PyAny>,
@@ -329,10 +369,7 @@ impl ExonCore {
             }
             // Opened in place: the datagram is gone. The twin's open would count it forged
             // and change nothing else (the counter was fresh, the session found): so here.
-            drop(h);
-            let st = self.stats.bind(py);
-            let forged: i64 = st.getattr(pyo3::intern!(py, "forged"))?.extract()?;
-            st.setattr(pyo3::intern!(py, "forged"), forged + 1)?;
+            self.forged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(true);
         };
         h.window.accept(counter);
@@ -343,8 +380,8 @@ impl ExonCore {
         }
         let peer = h.peer.clone();
         drop(h);
-        let addr = from.object(py)?;
-        self.eng(py).receive_plain(pt, Some(&peer), Some(PyAddr(addr)), now);
+        // (an authenticated peer's address is the secure layer's business: unused here)
+        self.eng(py).receive_plain(pt, Some(&peer), None, now);
         Ok(true)
     }
 
@@ -485,7 +522,11 @@ impl ExonCore {
     /// the secure layer only ever adds to its own fields there, so the object is exact
     /// whenever it is read through `stats` (one held across calls lags: read it again).
     fn sync_stats(&self, py: Python<'_>) -> PyResult<()> {
-        let deltas = self.eng(py).stats.take();
+        let mut deltas = self.eng(py).stats.take();
+        let forged = self.forged.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if forged != 0 {
+            deltas.push(("forged", forged));
+        }
         let st = self.stats.bind(py);
         for (name, d) in deltas {
             let v: i64 = st.getattr(name)?.extract()?;
@@ -535,7 +576,7 @@ impl ExonCore {
         let peer = t.get_item(1)?;
         let peer_s: &str = &peer.cast::<PyString>()?.to_cow()?;
         let pt_b = pt.cast::<PyBytes>()?;
-        self.eng(py).receive_plain(pt_b.as_bytes(), Some(peer_s), Some(PyAddr(addr.clone().unbind())), now);
+        self.eng(py).receive_plain(pt_b.as_bytes(), Some(peer_s), Some(PyAddr::new(addr.clone().unbind())), now);
         self.sync_events(py)
     }
 
@@ -590,6 +631,11 @@ impl ExonCore {
         Ok(ExonCore {
             eng: Mutex::new(eng),
             sec,
+            pending_rx: Mutex::new(Vec::new()),
+            pending_tx: Mutex::new(Vec::new()),
+            loop_until: std::sync::atomic::AtomicU64::new(0),
+            forged: std::sync::atomic::AtomicI64::new(0),
+            io_errors: std::sync::atomic::AtomicU64::new(0),
             fast: Mutex::new(None),
             refs,
             events,
@@ -695,7 +741,7 @@ impl ExonCore {
     }
 
     fn _path_proven(&self, py: Python<'_>, peer: &str, addr: Py<PyAny>) -> PyResult<()> {
-        self.eng(py).path_proven(peer, PyAddr(addr));
+        self.eng(py).path_proven(peer, PyAddr::new(addr));
         self.sync(py)
     }
 
@@ -714,7 +760,7 @@ impl ExonCore {
     #[pyo3(signature = (node_id, addr, public_key = None))]
     fn associate(&self, py: Python<'_>, node_id: &str, addr: Py<PyAny>, public_key: Option<Py<PyAny>>) -> PyResult<()> {
         py.import("a3m.exon.wire")?.call_method1("encode_id", (node_id,))?;
-        self.eng(py).associate(node_id, PyAddr(addr));
+        self.eng(py).associate(node_id, PyAddr::new(addr));
         if let Some(k) = public_key {
             match self.sec(py) {
                 None => {
@@ -738,7 +784,7 @@ impl ExonCore {
     fn address_of(&self, py: Python<'_>, node_id: &str) -> PyResult<Option<Py<PyAny>>> {
         let a = self.eng(py).address_of(&Arc::from(node_id));
         self.sync(py)?;
-        Ok(a.map(|a| a.0))
+        Ok(a.map(|a| a.bind(py).clone().unbind()))
     }
 
     fn next_event(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
@@ -763,7 +809,7 @@ impl ExonCore {
     }
 
     fn has_output(&self, py: Python<'_>) -> PyResult<bool> {
-        if self.eng(py).has_output() {
+        if self.eng(py).has_output() || !locked(&self.pending_tx).is_empty() {
             return Ok(true);
         }
         match self.sec(py) {
@@ -780,11 +826,57 @@ impl ExonCore {
         self.eng(py).record_counts()
     }
 
+    /// The node's I/O without the interpreter's lock (`python_loop`): wait on `io`'s socket,
+    /// `wake_fd` (-1: none) and the engine's timers until `until` (monotonic seconds;
+    /// polling first for `spin_s`), doing the live sessions' plain work natively; back when
+    /// Python has work. Returns (why: 0 `until` came, 1 woken, 2 Python has work; datagrams
+    /// read; the time).
+    #[pyo3(signature = (io, wake_fd, until, spin_s = 0.0))]
+    fn run_io(&self, py: Python<'_>, io: &UdpIo, wake_fd: i32, until: f64, spin_s: f64) -> PyResult<(u8, usize, f64)> {
+        let fd = io.fd(py)?;
+        let r = py.detach(|| self.io_loop(io, fd, wake_fd, until, spin_s));
+        let taken = locked(&self.err).take();
+        if let Some(e) = taken {
+            return Err(e);
+        }
+        Ok(r)
+    }
+
+    /// When the native loop sleeps until (monotonic seconds; 0.0 while it is awake or not
+    /// running): a thread that set an earlier timer wakes it.
+    fn loop_until(&self) -> f64 {
+        f64::from_bits(self.loop_until.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Datagrams the native loop failed to send since the last call (the driver counts them).
+    fn take_io_errors(&self) -> u64 {
+        self.io_errors.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A turn's reads, from the socket straight into the engine (`receive_datagrams` of
     /// what `io.recv(max)` returns, with the time read after the reads): how many datagrams
     /// were read, and that time.
     fn receive_io(&self, py: Python<'_>, io: &UdpIo, max: usize) -> PyResult<(usize, f64)> {
-        let mut read = read_batch(py, io, max)?;
+        let pending = std::mem::take(&mut *locked(&self.pending_rx));
+        let mut read = if pending.is_empty() {
+            read_batch(py, io, max)?
+        } else {
+            // what the native loop left first, then what waits (an error reading: later)
+            let mut r = crate::python_io::Read::default();
+            for (d, sa) in pending {
+                let start = r.data.len();
+                r.data.extend_from_slice(&d);
+                r.items.push((start, d.len(), sa));
+            }
+            if let Ok(more) = read_batch(py, io, max) {
+                for i in 0..more.items.len() {
+                    let start = r.data.len();
+                    r.data.extend_from_slice(more.bytes(i));
+                    r.items.push((start, more.items[i].1, more.items[i].2));
+                }
+            }
+            r
+        };
         let now = monotonic();
         let n = read.items.len();
         if n == 0 {
@@ -793,7 +885,7 @@ impl ExonCore {
         let Some(sec) = self.sec(py) else {
             for i in 0..n {
                 let addr = io.addr_object(py, read.items[i].2)?;
-                self.eng(py).receive_clear(read.bytes(i), PyAddr(addr.into_any().unbind()), now);
+                self.eng(py).receive_clear(read.bytes(i), PyAddr::sock(read.items[i].2, addr.into_any().unbind()), now);
             }
             self.sync(py)?;
             return Ok((n, now));
@@ -831,7 +923,8 @@ impl ExonCore {
 
     /// `datagrams_to_send(now)`, sealed into one batch for `io.send` (None: nothing to send).
     fn output_batch(&self, py: Python<'_>, io: &UdpIo, now: f64) -> PyResult<Option<OutBatch>> {
-        let items = self.eng(py).take_output(now);
+        let mut items = std::mem::take(&mut *locked(&self.pending_tx));
+        items.extend(self.eng(py).take_output(now));
         let sec = self.sec(py);
         let (mut bytes, mut count) = (0usize, 0usize);
         for item in &items {
@@ -869,7 +962,7 @@ impl ExonCore {
                     OutItem::Batch { peer, addr, plains } => match &sec {
                         None => {
                             for p in &plains {
-                                batch.push(py, io, p, addr.0.bind(py))?;
+                                batch.push(py, io, p, addr.bind(py))?;
                             }
                         }
                         Some(s) => {
@@ -877,18 +970,18 @@ impl ExonCore {
                             if !self.seal_fast_to(py, &name, &plains, now, &mut Sink::Batch(&mut batch, io))? {
                                 let pl = PyList::new(py, plains.iter().map(|p| PyBytes::new(py, p)))?;
                                 let out = PyList::empty(py);
-                                s.bind(py).call_method1("seal_many", (name, pl, addr.0.bind(py), now, &out))?;
+                                s.bind(py).call_method1("seal_many", (name, pl, addr.bind(py), now, &out))?;
                                 self.append_list(py, io, &mut batch, &out)?;
                             }
                         }
                     },
                     OutItem::Solo { peer, addr, plain } => match &sec {
                         None => {
-                            batch.push(py, io, &plain, addr.0.bind(py))?;
+                            batch.push(py, io, &plain, addr.bind(py))?;
                         }
                         Some(s) => {
                             let out = PyList::empty(py);
-                            s.bind(py).call_method1("seal", (self.name(py, &peer), PyBytes::new(py, &plain), addr.0.bind(py), now, &out))?;
+                            s.bind(py).call_method1("seal", (self.name(py, &peer), PyBytes::new(py, &plain), addr.bind(py), now, &out))?;
                             self.append_list(py, io, &mut batch, &out)?;
                         }
                     },
@@ -965,14 +1058,15 @@ impl ExonCore {
                         &b
                     }
                 };
-                self.eng(py).receive_clear(bytes, PyAddr(addr), now);
+                self.eng(py).receive_clear(bytes, PyAddr::new(addr), now);
                 self.sync(py)
             }
         }
     }
 
     fn datagrams_to_send<'py>(&self, py: Python<'py>, now: f64) -> PyResult<Bound<'py, PyList>> {
-        let items = self.eng(py).take_output(now);
+        let mut items = std::mem::take(&mut *locked(&self.pending_tx));
+        items.extend(self.eng(py).take_output(now));
         let sec = self.sec(py);
         let result = PyList::empty(py);
         if items.is_empty() {
@@ -994,21 +1088,21 @@ impl ExonCore {
                 OutItem::Batch { peer, addr, plains } => match &sec {
                     None => {
                         for p in plains {
-                            result.append((PyBytes::new(py, &p), addr.0.bind(py)))?;
+                            result.append((PyBytes::new(py, &p), addr.bind(py)))?;
                         }
                     }
                     Some(s) => {
                         let name = self.name(py, &peer);
                         if !self.seal_fast(py, &name, &plains, now, &result)? {
                             let pl = PyList::new(py, plains.iter().map(|p| PyBytes::new(py, p)))?;
-                            s.bind(py).call_method1("seal_many", (name, pl, addr.0.bind(py), now, &result))?;
+                            s.bind(py).call_method1("seal_many", (name, pl, addr.bind(py), now, &result))?;
                         }
                     }
                 },
                 OutItem::Solo { peer, addr, plain } => match &sec {
-                    None => result.append((PyBytes::new(py, &plain), addr.0.bind(py)))?,
+                    None => result.append((PyBytes::new(py, &plain), addr.bind(py)))?,
                     Some(s) => {
-                        s.bind(py).call_method1("seal", (self.name(py, &peer), PyBytes::new(py, &plain), addr.0.bind(py), now, &result))?;
+                        s.bind(py).call_method1("seal", (self.name(py, &peer), PyBytes::new(py, &plain), addr.bind(py), now, &result))?;
                     }
                 },
             }

@@ -62,6 +62,59 @@ class UdpIo:
     def send(self, out: list[tuple[bytes, Any]] | OutBatch) -> int:
         """Send ``out`` (a list, or an ``OutBatch`` made by ``ExonCore.output_batch``) in
         order; the number that failed (a closed socket: all of them)."""
+    @property
+    def send_order(self) -> SendOrder:
+        """The lock held from taking output to sending it (the native loop's too)."""
+
+class SendOrder:
+    """A lock used as ``threading.Lock`` is (acquire/release, a context manager), waited for
+    without the interpreter's lock, and shared with the native loop."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1.0) -> bool: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class SessionPath:
+    """A session's data-path state (keys, counters, replay window, proven address); twin of
+    :class:`a3m.exon.secure.session.SessionPath`."""
+
+    def __init__(self, peer: str, local_index: int, remote_index: int, send_key: bytes,
+                 recv_key: bytes, initiator: bool, addr: Any, now: float) -> None: ...
+    counter: int
+    last_recv: float
+    last_sent: float
+    unanswered: int
+    confirmed: bool
+    reject_at: float
+    rekey_at: float
+    silence_s: float
+    rtt: float
+    addr: Any
+    candidate: Any
+    @property
+    def peer(self) -> str: ...
+    @property
+    def local_index(self) -> int: ...
+    @property
+    def remote_index(self) -> int: ...
+    @property
+    def initiator(self) -> bool: ...
+    @property
+    def top(self) -> int: ...
+    @property
+    def ring(self) -> bytes: ...
+    def fresh(self, counter: int) -> bool: ...
+    def accept(self, counter: int) -> None: ...
+
+class SessionTable:
+    """The live sessions by local index and each peer's current one, shared with the native
+    engine's fast paths; twin of :class:`a3m.exon.secure.session.SessionTable`."""
+
+    def __init__(self) -> None: ...
+    def install(self, index: int, path: SessionPath) -> None: ...
+    def drop(self, index: int, path: SessionPath) -> None: ...
+    def __len__(self) -> int: ...
 class ReplayWindow:
     """The replay window of a session's receiving direction; twin of
     :class:`a3m.exon.secure.replay.ReplayWindow`."""
@@ -116,6 +169,16 @@ class ExonCore:
     def receive_io(self, io: UdpIo, max: int) -> tuple[int, float]:
         """A turn's reads straight from ``io`` into the engine: how many, and the time read
         after them."""
+    def run_io(self, io: UdpIo, wake_fd: int, until: float, spin_s: float = 0.0
+               ) -> tuple[int, int, float]:
+        """The I/O loop without the interpreter's lock: waits on ``io``'s socket,
+        ``wake_fd`` (-1: none) and Exon's timers until ``until``, doing the live sessions'
+        reads, opens, frames, timers, seals and sends natively. Returns (why: 0 ``until``
+        came, 1 woken, 2 Python has work; datagrams read; the time)."""
+    def loop_until(self) -> float:
+        """When ``run_io`` sleeps until (0.0: awake or not running)."""
+    def take_io_errors(self) -> int:
+        """Datagrams ``run_io`` failed to send since the last call."""
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]: ...
     def output_batch(self, io: UdpIo, now: float) -> OutBatch | None:
         """``datagrams_to_send``, sealed into one batch for ``io.send`` (None: nothing)."""

@@ -42,7 +42,7 @@ from typing import Any
 from a3m.errors import Closed
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
-from a3m.runtime.offload import fused_reader, offload_for, take_output
+from a3m.runtime.offload import fused_reader, native_loop, offload_for, take_output
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.runtime")
@@ -258,9 +258,7 @@ class Driver:
         self._upper_output = upper_output
         self._on_turn = on_turn
         self.lock = threading.Lock()
-        #: Held from taking the protocol's output (under ``lock``) until it is sent, so that
-        #: output leaves in order although it is sent outside ``lock``.
-        self._send_order = threading.Lock()
+        self._in_native = False  # the I/O thread is in the native loop (see _sleep_until)
         self.cond = threading.Condition(self.lock)
         self._park = threading.Condition(self.lock)  # the I/O thread waits here while parked
         self._on_events = on_events
@@ -302,6 +300,7 @@ class Driver:
         self.loop_errors = 0
         self.event_errors = 0
         self.leader_turns = 0  # turns run by waiting application threads (diagnostics)
+        self.loop_reads = 0  # datagrams the native loop read (diagnostics)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -474,10 +473,32 @@ class Driver:
 
     def _send_now(self) -> None:
         """Under the lock: send what the protocol has, from the calling thread."""
-        out = take_output(self.proto, self._io, time.monotonic())
-        if out:
-            with self._send_order:  # after what a turn took before us (see _turn)
+        with self._send_order:  # after what a turn took before us (see _turn)
+            out = take_output(self.proto, self._io, time.monotonic())
+            if out:
                 self.io_errors += self._io.send(out)
+
+    def _sleep_until(self) -> float:
+        """Under the lock: when the I/O thread looks again by itself (the native loop's own
+        deadline while it runs: it handles Exon's timers itself, 0 while it is awake)."""
+        if self._in_native:
+            return float(self.proto.loop_until())  # type: ignore[attr-defined]
+        return self._io_until
+
+    def _python_until(self, now: float) -> float:
+        """Under the lock: the deadline of what only Python handles (the secure layer's and
+        the layer above's timers), for the native loop (which handles Exon's)."""
+        until = now + MAX_SLEEP_S
+        sec = self.proto.secure  # type: ignore[attr-defined]
+        if sec is not None:
+            t = sec.next_timer()
+            if t is not None and t < until:
+                until = t
+        if self._upper_timer is not None:
+            t = self._upper_timer()
+            if t is not None and t < until:
+                until = t
+        return until
 
     @property
     def turn_under_way(self) -> bool:
@@ -498,7 +519,7 @@ class Driver:
             self._send_now()
         # self.wake_by(self._deadline()), inline; the layer above's deadline is asked only
         # when Exon's is not earlier than the sleeper's already.
-        until = self._io_until
+        until = self._sleep_until()
         if self._leader is not None and self._lead_until < until:
             until = self._lead_until
         t = proto.next_timer()
@@ -514,7 +535,7 @@ class Driver:
         leader, only if it sleeps past it)."""
         if not self._sleeping:
             return
-        until = self._io_until
+        until = self._sleep_until()
         if self._leader is not None and self._lead_until < until:
             until = self._lead_until
         if t < until:
@@ -526,6 +547,12 @@ class Driver:
         self._sock = sock
         self._readable = _readable(sock)
         self._io = offload_for(sock)  # GSO sends, GRO reads where the kernel has them
+        #: Held from taking the protocol's output until it is sent, so that output leaves in
+        #: the order it was made although it is sent outside ``lock``: the native socket
+        #: layer's own where there is one (the native loop takes and sends under it too).
+        self._send_order = getattr(self._io, "send_order", None) or threading.Lock()
+        #: The native engine's GIL-free loop over the native socket (None: ``select``).
+        self._native_loop = native_loop(self.proto, self._io)
         #: ``poll(0)`` of the socket and the wake-up pipe: the busy poll's look (0.9 us here
         #: against 3.7 for a ``select`` of the two).
         poller = select.poll()
@@ -699,9 +726,25 @@ class Driver:
                 else:
                     timeout = min(max(0.0, deadline - time.monotonic()), MAX_SLEEP_S)
                 self._sleeping = True
-                self._io_until = time.monotonic() + timeout
+                now = time.monotonic()
+                self._io_until = now + timeout
                 sock = self._sock
-            if timeout > 0:
+                loop = self._native_loop if not self._lingering else None
+                if loop is not None and timeout > 0:
+                    io, until = self._io, self._python_until(now)
+                    self._in_native = True
+            if loop is not None and timeout > 0:
+                try:
+                    # (the interpreter's lock released inside)
+                    self.loop_reads += loop(io, self._wake_r, until)[1]
+                except (OSError, ValueError):
+                    pass  # the socket was swapped by rebind or closed by stop
+                finally:
+                    self._in_native = False
+                self.io_errors += proto.take_io_errors()  # type: ignore[attr-defined]
+                if self._leader is not None:
+                    continue
+            elif timeout > 0:
                 try:
                     select.select([sock, self._wake_r], [], [], timeout)
                 except (OSError, ValueError):
@@ -796,13 +839,19 @@ class Driver:
             self.event_errors += errors
             if changed:
                 self.notify_all()
-            out = take_output(proto, io, now)
-            if out:
-                # Taken before the lock goes: output leaves in the order it was made. An
-                # application thread's _send_now could otherwise overtake this send loop
-                # (it releases the interpreter at each call), and the peer saw reordering:
-                # spurious fast retransmissions, 0.4-2 % of a 1500-byte stream's datagrams.
-                self._send_order.acquire()
+            # The order lock is taken before the output and kept until it is sent: output
+            # leaves in the order it was made. An application thread's _send_now (or the
+            # native loop) could otherwise overtake this send loop (it releases the
+            # interpreter at each call), and the peer saw reordering: spurious fast
+            # retransmissions, 0.4-2 % of a 1500-byte stream's datagrams.
+            order = self._send_order
+            out = None
+            order.acquire()
+            try:
+                out = take_output(proto, io, now)
+            finally:
+                if not out:
+                    order.release()
         finally:
             if not leader:
                 self.lock.release()
@@ -811,4 +860,4 @@ class Driver:
                 # a full kernel buffer or an ICMP error surfacing: counted, the timers resend
                 self.io_errors += io.send(out)
             finally:
-                self._send_order.release()
+                order.release()

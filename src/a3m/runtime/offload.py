@@ -148,6 +148,14 @@ def fused_reader(proto: Any, io: Any) -> Any:
     return None
 
 
+def native_loop(proto: Any, io: Any) -> Any:
+    """The native engine's GIL-free I/O loop (``run_io``) where both it and the socket
+    layer are native and ``A3M_NATIVE_LOOP`` is not 0, else None (the driver selects)."""
+    if os.environ.get("A3M_NATIVE_LOOP", "1") == "0" or not hasattr(io, "recv"):
+        return None
+    return getattr(proto, "run_io", None)
+
+
 #: Offload on the native path when ``A3M_UDP_OFFLOAD`` is unset (docs/performance.md,
 #: "Native data plane": measured there).
 NATIVE_OFFLOAD = "gso"

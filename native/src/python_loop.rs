@@ -1,0 +1,312 @@
+//! The node's I/O loop without the interpreter's lock (`ExonCore.run_io`): wait on the socket,
+//! a wake-up descriptor and the timers, read, open, run the engine's frames and timers, seal
+//! and send, and come back to Python only for what needs it (events for the layer above, a
+//! datagram or output the Python secure layer must handle, its deadlines, a wake-up).
+//!
+//! What it does is what a turn of the drivers does (`receive_io`, `handle_timer`,
+//! `output_batch`, `UdpIo.send`) restricted to the live sessions' plain case, with the same
+//! rules: the Python turn that follows finds the rest where it would have been (the datagrams
+//! left, in order, in `pending_rx`; output taken but not sealed here, in order, in
+//! `pending_tx`), and output leaves in the order it was made (the socket's order lock, held
+//! from taking it to sending it).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use crate::exon::engine::OutItem;
+use crate::python::{UdpIo, ARENA};
+use crate::python_engine::{locked, ExonCore, PyAddr};
+use crate::python_io::{monotonic, Read};
+use crate::python_session::{lock, table};
+use crate::udp::{Received, RecvArena};
+
+/// Why `run_io` came back.
+pub const TIMEOUT: u8 = 0;
+pub const WOKEN: u8 = 1;
+pub const PYTHON: u8 = 2;
+
+/// Read up to `max` datagrams without the interpreter (see `python_io::read_batch`).
+fn read_fd(io: &UdpIo, fd: i32, max: usize) -> io::Result<Read> {
+    ARENA.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let arena = slot.get_or_insert_with(RecvArena::default);
+        let mut out = Read::default();
+        let mut got: Vec<Received> = Vec::new();
+        while out.items.len() < max {
+            got.clear();
+            match io.udp.recv(fd, arena, max - out.items.len(), &mut got) {
+                Ok(()) => {}
+                Err(e) if out.items.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+            for r in &got {
+                let start = out.data.len();
+                out.data.extend_from_slice(&arena.buf[r.start..r.start + r.len]);
+                out.items.push((start, r.len, r.addr));
+            }
+            if got.len() < quinn_udp::BATCH_SIZE {
+                break;
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Wait up to `timeout_s` for `fd` or `wake` to be readable (polling first for `spin_s`):
+/// (socket readable, wake-up readable).
+fn wait2(fd: i32, wake: i32, timeout_s: f64, spin_s: f64) -> (bool, bool) {
+    let mut fds = [
+        libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 },
+    ];
+    let nfds: libc::nfds_t = if wake >= 0 { 2 } else { 1 };
+    let look = |fds: &mut [libc::pollfd; 2], t: f64| -> (bool, bool) {
+        let secs = t.max(0.0);
+        let ts = libc::timespec { tv_sec: secs.trunc() as libc::time_t, tv_nsec: (secs.fract() * 1e9) as libc::c_long };
+        fds[0].revents = 0;
+        fds[1].revents = 0;
+        // SAFETY: `fds` holds `nfds` valid pollfd entries for the call; the timespec lives
+        // across it; no signal mask is changed (null sigmask).
+        let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
+        if rc <= 0 {
+            return (false, false);
+        }
+        (fds[0].revents != 0, nfds == 2 && fds[1].revents != 0)
+    };
+    if spin_s > 0.0 {
+        let end = monotonic() + spin_s.min(timeout_s);
+        loop {
+            let r = look(&mut fds, 0.0);
+            if r.0 || r.1 {
+                return r;
+            }
+            if monotonic() >= end {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    look(&mut fds, timeout_s)
+}
+
+impl ExonCore {
+    /// The GIL-free loop (see the module's docstring): returns (why, datagrams read, now).
+    pub(crate) fn io_loop(&self, io: &UdpIo, fd: i32, wake: i32, until: f64, spin_s: f64) -> (u8, usize, f64) {
+        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.unanswered_rehandshake));
+        let Some((tbl, limit)) = fast else {
+            // No native sessions (the secure layer's Python twins, or a node in clear): only
+            // the wait is done here, until the engine's next timer at the latest.
+            let now = monotonic();
+            let deadline = match locked(&self.eng).exon_timer() {
+                Some(t) if t < until => t,
+                _ => until,
+            };
+            let (sock, woke) = self.wait_published(fd, wake, deadline, now, spin_s);
+            return (if woke { WOKEN } else if sock { PYTHON } else { TIMEOUT }, 0, monotonic());
+        };
+        let mut read_total = 0usize;
+        let mut spin = spin_s;
+        loop {
+            let now = monotonic();
+            if now >= until {
+                return (TIMEOUT, read_total, now);
+            }
+            let t_exon = locked(&self.eng).exon_timer();
+            if let Some(t) = t_exon {
+                if t <= now {
+                    {
+                        let mut e = locked(&self.eng);
+                        e.timer_ack_due(now);
+                        e.handle_exon_timers(now);
+                    }
+                    if self.send_native(io, fd, now, &tbl, limit) || self.python_due() {
+                        return (PYTHON, read_total, monotonic());
+                    }
+                    continue;
+                }
+            }
+            let deadline = match t_exon {
+                Some(t) if t < until => t,
+                _ => until,
+            };
+            if self.timer_moved(deadline) {
+                continue; // another thread set an earlier timer meanwhile
+            }
+            let (sock, woke) = self.wait_published(fd, wake, deadline, now, spin);
+            spin = 0.0;
+            if woke {
+                return (WOKEN, read_total, monotonic());
+            }
+            if !sock {
+                continue;
+            }
+            let mut read = match read_fd(io, fd, 512) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => return (PYTHON, read_total, monotonic()), // (the Python turn counts it)
+            };
+            let now = monotonic();
+            read_total += read.items.len();
+            let n = read.items.len();
+            let mut left: Option<usize> = None;
+            for i in 0..n {
+                let sa = read.items[i].2;
+                if !self.open_native(read.bytes_mut(i), sa, now, &tbl) {
+                    left = Some(i);
+                    break;
+                }
+            }
+            if let Some(first) = left {
+                let mut pending = locked(&self.pending_rx);
+                for i in first..n {
+                    pending.push((read.bytes(i).to_vec(), read.items[i].2));
+                }
+                drop(pending);
+                self.send_native(io, fd, now, &tbl, limit);
+                return (PYTHON, read_total, monotonic());
+            }
+            if self.send_native(io, fd, now, &tbl, limit) || self.python_due() {
+                return (PYTHON, read_total, monotonic());
+            }
+        }
+    }
+
+    /// Publish `deadline` (`loop_until`: what a thread that sets a timer compares with,
+    /// after setting it, to know whether to wake the loop); true when the engine's timer came
+    /// before it meanwhile (look again before sleeping).
+    fn timer_moved(&self, deadline: f64) -> bool {
+        self.loop_until.store(deadline.to_bits(), Ordering::SeqCst);
+        let moved = matches!(locked(&self.eng).exon_timer(), Some(t) if t < deadline);
+        if moved {
+            self.loop_until.store(0f64.to_bits(), Ordering::SeqCst);
+        }
+        moved
+    }
+
+    /// Wait for the socket, the wake-up or `deadline`, with `loop_until` published for the
+    /// wait (0 again after it: awake, timers are looked at before the next one).
+    fn wait_published(&self, fd: i32, wake: i32, deadline: f64, now: f64, spin: f64) -> (bool, bool) {
+        self.loop_until.store(deadline.to_bits(), Ordering::SeqCst);
+        let r = wait2(fd, wake, deadline - now, spin);
+        self.loop_until.store(0f64.to_bits(), Ordering::SeqCst);
+        r
+    }
+
+    /// Events for the layer above, or output left to Python.
+    fn python_due(&self) -> bool {
+        locked(&self.eng).has_events() || !locked(&self.pending_tx).is_empty()
+    }
+
+    /// The twin's `open` of a live session's plain DATA datagram (see `open_fast`), without
+    /// the interpreter; false: left to the secure layer, nothing changed.
+    fn open_native(&self, d: &mut [u8], sa: SocketAddr, now: f64, tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>) -> bool {
+        let Some((index, counter)) = crate::python_engine::sealed_data(d) else { return false };
+        let Some(hot) = table(tbl).by_index.get(&index).cloned() else { return false };
+        let mut h = lock(&hot);
+        if !h.confirmed || h.candidate.is_some() || h.sock_addr != Some(sa) || !h.window.fresh(counter) {
+            return false;
+        }
+        let n = d.len();
+        let opened = h.open.open_in_place(d);
+        let peer = if opened {
+            h.window.accept(counter);
+            h.last_recv = now;
+            h.unanswered = 0;
+            Some(h.peer.clone())
+        } else {
+            None
+        };
+        drop(h); // (the engine's lock is never taken under a session's: see output_batch)
+        let mut e = locked(&self.eng);
+        e.note_datagram(n);
+        match peer {
+            None => {
+                self.forged.fetch_add(1, Ordering::Relaxed); // (all the twin's open would do)
+            }
+            Some(peer) if n > crate::aead::OVERHEAD => {
+                e.receive_plain(&d[crate::aead::HEADER..n - crate::aead::TAG], Some(&peer), None, now);
+            }
+            Some(_) => {} // a keepalive
+        }
+        true
+    }
+
+    /// Take the engine's output and send what sealing here allows, in order, under the
+    /// socket's order lock; what it does not (a session the secure layer must handle) is left
+    /// in `pending_tx`, in order, for the Python turn. True when something was left.
+    fn send_native(&self, io: &UdpIo, fd: i32, now: f64, tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>, limit: i64) -> bool {
+        if !locked(&self.pending_tx).is_empty() || !locked(&self.eng).has_output() {
+            return !locked(&self.pending_tx).is_empty();
+        }
+        io.order.acquire();
+        let items = locked(&self.eng).take_output(now);
+        let mut data: Vec<u8> = Vec::new();
+        let mut dgrams: Vec<(usize, usize, SocketAddr)> = Vec::new();
+        let mut rest: Vec<OutItem<PyAddr>> = Vec::new();
+        for item in items {
+            if !rest.is_empty() {
+                rest.push(item);
+                continue;
+            }
+            let (peer, plains): (&str, Vec<&[u8]>) = match &item {
+                OutItem::Batch { peer, plains, .. } => (peer, plains.iter().map(|p| p.as_slice()).collect()),
+                OutItem::Solo { peer, plain, .. } => (peer, vec![plain.as_slice()]),
+            };
+            if !seal_native(tbl, limit, peer, &plains, now, &mut data, &mut dgrams) {
+                rest.push(item);
+            }
+        }
+        let bytes: usize = dgrams.iter().map(|d| d.1).sum();
+        locked(&self.eng).count_out(dgrams.len(), bytes);
+        if !dgrams.is_empty() {
+            let errors = io.udp.send(fd, &data, &dgrams);
+            self.io_errors.fetch_add(errors as u64, Ordering::Relaxed);
+        }
+        let left = !rest.is_empty();
+        if left {
+            locked(&self.pending_tx).extend(rest);
+        }
+        io.order.release();
+        left
+    }
+}
+
+/// The twin's `seal_many` of a live session's plain case (see `seal_fast_to`), without the
+/// interpreter, into `data`/`dgrams`; false: the secure layer must do it, nothing changed.
+fn seal_native(
+    tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>,
+    limit: i64,
+    peer: &str,
+    plains: &[&[u8]],
+    now: f64,
+    data: &mut Vec<u8>,
+    dgrams: &mut Vec<(usize, usize, SocketAddr)>,
+) -> bool {
+    let Some(hot) = table(tbl).current.get(peer).cloned() else { return false };
+    let mut h = lock(&hot);
+    let Some(dest) = h.sock_addr else { return false };
+    if now >= h.reject_at || h.candidate.is_some() || (h.initiator && now >= h.rekey_at) {
+        return false;
+    }
+    let after = h.unanswered + plains.len() as i64;
+    if after > limit && now - h.last_recv > h.silence_s.max(4.0 * h.rtt) {
+        return false;
+    }
+    let counter = h.counter;
+    if counter.checked_add(plains.len() as u64).is_none() {
+        return false;
+    }
+    let index = h.remote_index;
+    for (k, p) in plains.iter().enumerate() {
+        let n = p.len() + crate::aead::OVERHEAD;
+        let start = data.len();
+        data.resize(start + n, 0);
+        h.seal.seal(&mut data[start..start + n], crate::wire::VERSION, 0x05, index, counter + k as u64, p);
+        dgrams.push((start, n, dest));
+    }
+    h.unanswered = after;
+    h.counter = counter + plains.len() as u64;
+    h.last_sent = now;
+    true
+}
