@@ -163,6 +163,7 @@ def test_datagrams_read_in_a_turn_are_handled_at_the_time_after_the_reads(
     d._sock = _SlowReads(clock)  # type: ignore[assignment]
     d._io = UdpOffload(d._sock, gso=False, gro=False)  # one datagram per read, as the fake
     d._readable = lambda timeout: True
+    d._wire()  # (the turn's reads and output chosen for the swapped protocol and socket)
     d._turn(d._buf, d._view)
     # 4 reads (the last finds nothing): 20 ms after the turn began
     assert len(rec.batches) == 1 and rec.batches[0][0] == 3

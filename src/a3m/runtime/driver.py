@@ -37,12 +37,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from a3m.errors import Closed
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
-from a3m.runtime.offload import fused_reader, native_loop, offload_for, take_output
+from a3m.runtime.offload import fused_reader, native_loop, offload_for
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.runtime")
@@ -474,7 +475,7 @@ class Driver:
     def _send_now(self) -> None:
         """Under the lock: send what the protocol has, from the calling thread."""
         with self._send_order:  # after what a turn took before us (see _turn)
-            out = take_output(self.proto, self._io, time.monotonic())
+            out = self._output(time.monotonic())
             if out:
                 self.io_errors += self._io.send(out)
 
@@ -551,8 +552,7 @@ class Driver:
         #: the order it was made although it is sent outside ``lock``: the native socket
         #: layer's own where there is one (the native loop takes and sends under it too).
         self._send_order = getattr(self._io, "send_order", None) or threading.Lock()
-        #: The native engine's GIL-free loop over the native socket (None: ``select``).
-        self._native_loop = native_loop(self.proto, self._io)
+        self._wire()
         #: ``poll(0)`` of the socket and the wake-up pipe: the busy poll's look (0.9 us here
         #: against 3.7 for a ``select`` of the two).
         poller = select.poll()
@@ -560,6 +560,18 @@ class Driver:
         poller.register(self._wake_r, select.POLLIN)
         self._look = poller.poll
         self.port = sock.getsockname()[1]
+
+    def _wire(self) -> None:
+        """Choose, once per protocol and socket layer, how a turn reads and takes output."""
+        #: The native engine's GIL-free loop over the native socket (None: ``select``).
+        self._native_loop = native_loop(self.proto, self._io)
+        #: A turn's reads and output (see ``fused_reader``, ``take_output``).
+        self._fused = fused_reader(self.proto, self._io)
+        self._native_recv = getattr(self._io, "recv", None)
+        batch = getattr(self.proto, "output_batch", None)
+        self._output: Callable[[float], Any] = (
+            partial(batch, self._io) if batch is not None and self._native_recv is not None
+            else self.proto.datagrams_to_send)
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; peers learn it from our next datagrams."""
@@ -779,11 +791,10 @@ class Driver:
             recv = sock.recvfrom
             io = self._io
             batch: list[tuple[bytes, Any]]  # handed over whole: live sessions go first
-            fused = fused_reader(proto, io)
+            fused = self._fused
             got = 0
             # The native data plane's batch read (None: the Python twin's loop of reads).
-            native_recv: Callable[[int], list[tuple[bytes, Any]]] | None = getattr(
-                io, "recv", None)
+            native_recv: Callable[[int], list[tuple[bytes, Any]]] | None = self._native_recv
             if fused is not None:
                 # the native engine reads from the native socket layer itself (and reads
                 # the time after its reads: see below)
@@ -848,7 +859,7 @@ class Driver:
             out = None
             order.acquire()
             try:
-                out = take_output(proto, io, now)
+                out = self._output(now)
             finally:
                 if not out:
                     order.release()
