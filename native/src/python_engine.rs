@@ -298,6 +298,9 @@ pub struct ExonCore {
     pub(crate) pending_tx: Mutex<Vec<OutItem<PyAddr>>>,
     /// When the native loop (`run_io`) sleeps until, as f64 bits (0: awake or not in it).
     pub(crate) loop_until: std::sync::atomic::AtomicU64,
+    /// An application thread leads (runs the turn itself): the native loop leaves the socket
+    /// to it (`set_leader`).
+    pub(crate) leader: std::sync::atomic::AtomicBool,
     /// Forgeries the native paths found (opened in place: counted here, added to the secure
     /// layer's `forged` when the counters are read).
     pub(crate) forged: std::sync::atomic::AtomicI64,
@@ -634,6 +637,7 @@ impl ExonCore {
             pending_rx: Mutex::new(Vec::new()),
             pending_tx: Mutex::new(Vec::new()),
             loop_until: std::sync::atomic::AtomicU64::new(0),
+            leader: std::sync::atomic::AtomicBool::new(false),
             forged: std::sync::atomic::AtomicI64::new(0),
             io_errors: std::sync::atomic::AtomicU64::new(0),
             fast: Mutex::new(None),
@@ -829,8 +833,8 @@ impl ExonCore {
     /// The node's I/O without the interpreter's lock (`python_loop`): wait on `io`'s socket,
     /// `wake_fd` (-1: none) and the engine's timers until `until` (monotonic seconds;
     /// polling first for `spin_s`), doing the live sessions' plain work natively; back when
-    /// Python has work. Returns (why: 0 `until` came, 1 woken, 2 Python has work; datagrams
-    /// read; the time).
+    /// Python has work. Returns (why: 0 `until` came, 1 woken, 2 Python has work, 3 the
+    /// socket is readable and an application thread leads; datagrams read; the time).
     #[pyo3(signature = (io, wake_fd, until, spin_s = 0.0))]
     fn run_io(&self, py: Python<'_>, io: &UdpIo, wake_fd: i32, until: f64, spin_s: f64) -> PyResult<(u8, usize, f64)> {
         let fd = io.fd(py)?;
@@ -846,6 +850,13 @@ impl ExonCore {
     /// running): a thread that set an earlier timer wakes it.
     fn loop_until(&self) -> f64 {
         f64::from_bits(self.loop_until.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// An application thread leads from now on (True) or no longer (False): while one does,
+    /// the native loop reads nothing and comes back when the socket is readable (the leader
+    /// reads: its reply reaches it without a hand-off between threads).
+    fn set_leader(&self, leading: bool) {
+        self.leader.store(leading, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Datagrams the native loop failed to send since the last call (the driver counts them).

@@ -25,6 +25,7 @@ use crate::udp::{Received, RecvArena};
 pub const TIMEOUT: u8 = 0;
 pub const WOKEN: u8 = 1;
 pub const PYTHON: u8 = 2;
+pub const LEADER: u8 = 3;
 
 /// Read up to `max` datagrams without the interpreter (see `python_io::read_batch`).
 fn read_fd(io: &UdpIo, fd: i32, max: usize) -> io::Result<Read> {
@@ -140,6 +141,9 @@ impl ExonCore {
             }
             if !sock {
                 continue;
+            }
+            if self.leader.load(Ordering::SeqCst) {
+                return (LEADER, read_total, monotonic()); // (the leader reads it)
             }
             let mut read = match read_fd(io, fd, 512) {
                 Ok(r) => r,

@@ -174,7 +174,10 @@ class ExonCore:
         """The I/O loop without the interpreter's lock: waits on ``io``'s socket,
         ``wake_fd`` (-1: none) and Exon's timers until ``until``, doing the live sessions'
         reads, opens, frames, timers, seals and sends natively. Returns (why: 0 ``until``
-        came, 1 woken, 2 Python has work; datagrams read; the time)."""
+        came, 1 woken, 2 Python has work, 3 input for a leading application thread;
+        datagrams read; the time)."""
+    def set_leader(self, leading: bool) -> None:
+        """An application thread leads (it reads): ``run_io`` leaves the socket to it."""
     def loop_until(self) -> float:
         """When ``run_io`` sleeps until (0.0: awake or not running)."""
     def take_io_errors(self) -> int:

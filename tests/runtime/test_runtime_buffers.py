@@ -286,7 +286,8 @@ def test_send_buffer_keeps_each_mark_with_its_item_through_a_partial_drain() -> 
     assert seen[-1] == ([b"e"], None)  # no mark anywhere: none handed on
 
 
-def test_sends_waiting_for_exon_s_window_wait_for_an_ack_without_spinning() -> None:
+def test_sends_waiting_for_exon_s_window_wait_for_an_ack_without_spinning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Exon's window (8 pieces) is smaller than the link's credits, and the receiver's ACKs
     are held back (its node's lock is held): what the core sent waits above Exon (the
     bridge's outbox) and the sender's thread, blocked in ``send``, leads its driver. That
@@ -295,6 +296,9 @@ def test_sends_waiting_for_exon_s_window_wait_for_an_ack_without_spinning() -> N
     1500-byte stream's sender spun ~77 000 empty turns per 1 000 x 64 KiB (issue 31). Its
     waits are the window's: it polls for the ACK a while before it sleeps. Counted, not
     timed: a slower machine only makes fewer turns."""
+    # The Python I/O loop: the native one reads and acknowledges without the node's lock
+    # (that is its point), so holding b's lock would not hold its ACKs back.
+    monkeypatch.setenv("A3M_NATIVE_LOOP", "0")
     with pair(capacity=64, window_per_peer=8, window_global=8) as (a, b, push, pull):
         push.send(b"warm", timeout=5)
         assert pull.recv(timeout=5) == b"warm"

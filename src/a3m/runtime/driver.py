@@ -366,6 +366,9 @@ class Driver:
         window = wait_s > 0 and self._upper_waits is not None and self._upper_waits()
         me = threading.get_ident()
         self._leader = me
+        lead = self._lead_flag
+        if lead is not None:
+            lead(True)  # the native loop leaves the socket to us
         self._lead_seq += 1
         self._sleeping = True
         self._lead_until = now + wait_s
@@ -389,6 +392,8 @@ class Driver:
                     log.exception("a3m I/O loop error (counted, loop continues)")
         finally:
             self._leader = None
+            if lead is not None:
+                lead(False)
             self._sleeping = True  # the I/O thread is parked or in select
             if self._park_notify:
                 self._park_notify = False
@@ -565,6 +570,9 @@ class Driver:
         """Choose, once per protocol and socket layer, how a turn reads and takes output."""
         #: The native engine's GIL-free loop over the native socket (None: ``select``).
         self._native_loop = native_loop(self.proto, self._io)
+        #: Tells the native loop that an application thread leads (None: no native loop).
+        self._lead_flag: Callable[[bool], None] | None = (
+            None if self._native_loop is None else self.proto.set_leader)  # type: ignore[attr-defined]
         #: A turn's reads and output (see ``fused_reader``, ``take_output``).
         self._fused = fused_reader(self.proto, self._io)
         self._native_recv = getattr(self._io, "recv", None)
