@@ -26,7 +26,7 @@ create_exception!(_native, NativePanic, PyRuntimeError, "A panic in a3m's native
 static PANICS: AtomicU64 = AtomicU64::new(0);
 
 /// Run `f`, turning a panic into a counted NativePanic.
-fn guard<T>(what: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(e) => {

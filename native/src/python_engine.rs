@@ -838,7 +838,9 @@ impl ExonCore {
     #[pyo3(signature = (io, wake_fd, until, spin_s = 0.0))]
     fn run_io(&self, py: Python<'_>, io: &UdpIo, wake_fd: i32, until: f64, spin_s: f64) -> PyResult<(u8, usize, f64)> {
         let fd = io.fd(py)?;
-        let r = py.detach(|| self.io_loop(io, fd, wake_fd, until, spin_s));
+        // (a panic is counted and raised as NativePanic: the driver logs it, never a silent
+        // stall of the I/O thread)
+        let r = crate::python::guard("run_io", || Ok(py.detach(|| self.io_loop(io, fd, wake_fd, until, spin_s))))?;
         let taken = locked(&self.err).take();
         if let Some(e) = taken {
             return Err(e);

@@ -102,3 +102,37 @@ def test_a_timer_set_by_an_application_thread_wakes_the_loop() -> None:
         server.join(10)
         assert not server.is_alive()
         assert b.stats["exon"]["delivered"] >= 5
+
+
+def test_an_error_in_the_loop_is_counted_and_the_thread_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A failure of the native loop (a panic comes out as ``a3m._native.NativePanic``) is
+    logged and counted, and the I/O thread goes on: never a silent stall."""
+    from a3m import _native
+
+    with a3m.Node("err-rx", bind="127.0.0.1:0") as rx, \
+            a3m.Node("err-tx", bind="127.0.0.1:0") as tx:
+        drv = rx._driver
+        if drv._native_loop is None:
+            pytest.skip("no native loop on this engine")
+        real, failed = drv._native_loop, [0]
+
+        def failing(*args: object) -> tuple[int, int, float]:
+            if not failed[0]:
+                failed[0] = 1
+                raise _native.NativePanic("a3m native run_io: panic: test")
+            return real(*args)  # type: ignore[no-any-return]
+
+        with drv.lock:
+            drv._native_loop = failing
+            drv.wake()
+        pull = rx.socket(a3m.PULL, "in")
+        tx.associate(rx.id, rx.address)
+        push = tx.socket(a3m.PUSH, "out")
+        push.link((rx.id, "in"))
+        assert push.wait_linked(timeout=10)
+        for i in range(20):
+            push.send(b"m%d" % i, timeout=10)
+        assert [pull.recv(timeout=10) for _ in range(20)] == [b"m%d" % i for i in range(20)]
+        assert failed[0] == 1 and drv.loop_errors == 1
+        assert "native I/O loop error" in caplog.text

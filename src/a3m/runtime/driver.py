@@ -759,6 +759,9 @@ class Driver:
                     self.loop_reads += loop(io, self._wake_r, until)[1]
                 except (OSError, ValueError):
                     pass  # the socket was swapped by rebind or closed by stop
+                except Exception:  # (a3m._native.NativePanic): never a silent stall
+                    self.loop_errors += 1
+                    log.exception("a3m native I/O loop error (counted, loop continues)")
                 finally:
                     self._in_native = False
                 self.io_errors += proto.take_io_errors()  # type: ignore[attr-defined]
