@@ -49,29 +49,46 @@ def _until(done: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+class _Spoofer:
+    """The attacker's socket, and how many rounds of forgeries it has sent."""
+
+    def __init__(self) -> None:
+        self.sock = _attacker()
+        self.rounds = 0
+
+    def wait_rounds(self, k: int, timeout: float = 10.0) -> None:
+        """Wait (bounded) until ``k`` more rounds have been sent."""
+        goal = self.rounds + k
+        _until(lambda: self.rounds >= goal, timeout)
+
+
 @contextmanager
 def _spoofing(target: tuple[str, int], datagrams: list[bytes], every_s: float
-              ) -> Iterator[socket.socket]:
+              ) -> Iterator[_Spoofer]:
     """Send ``datagrams`` to ``target`` from the attacker's address every ``every_s``."""
-    s = _attacker()
+    spoofer = _Spoofer()
+    s = spoofer.sock
     stop = threading.Event()
 
     def run() -> None:
         while not stop.wait(every_s):
             for d in datagrams:
                 s.sendto(d, target)
+            spoofer.rounds += 1
 
     th = threading.Thread(target=run, daemon=True)
     th.start()
     try:
-        yield s
+        yield spoofer
     finally:
         stop.set()
         th.join(5)
         s.close()
 
 
-def _stream(a: a3m.Node, b: a3m.Node, n: int, timeout: float, **options: Any) -> int:
+def _stream(a: a3m.Node, b: a3m.Node, n: int, timeout: float,
+            midway: Callable[[], None] | None = None, **options: Any) -> int:
+    """Stream ``n`` messages from ``a`` to ``b``; ``midway`` runs in the sender after half."""
     pull = b.socket(a3m.PULL, "in", **options)
     push = a.socket(a3m.PUSH, "out", **options)
     push.link(("beta", "in"))
@@ -81,6 +98,8 @@ def _stream(a: a3m.Node, b: a3m.Node, n: int, timeout: float, **options: Any) ->
     def send() -> None:
         try:
             for i in range(n):
+                if i == n // 2 and midway is not None:
+                    midway()
                 push.send(SECRET + b"%d" % i, timeout=timeout)
         except (a3m.Timeout, a3m.Closed):
             pass  # a stalled stream (in clear, under attack): what arrived is counted
@@ -100,26 +119,34 @@ def _stream(a: a3m.Node, b: a3m.Node, n: int, timeout: float, **options: Any) ->
 @pytest.mark.parametrize("secure", [True, False])
 def test_spoofing_alpha_from_a_third_address(secure: bool) -> None:
     """The issue's hijack: datagrams claiming ``src=alpha`` from 127.0.0.3 every 2 ms during
-    a stream, with two forged REQSLOTS (n = 0, a huge lowest slot) among them. In clear, the
-    attacker receives the stream's datagrams and the stream stalls; secure, it gets nothing
-    and every message arrives."""
+    a stream, with two forged REQSLOTS (n = 0, a huge lowest slot) among them. In clear, beta
+    takes the forger's address for alpha (what it sends alpha then goes to the attacker until
+    alpha's next datagram); secure, nothing changes, the attacker gets nothing and every message
+    arrives."""
     opts = {"secure": secure, "peer_timeout_s": 60.0}
     with a3m.Node("alpha", **opts) as a, a3m.Node("beta", **opts) as b:
         a.associate("beta", b.address)
         forged = [wire.encode_header("alpha", "beta") + wire.encode_reqslots(0, 0, 2**60)] * 2
-        # In clear, a stream long enough for the forgeries (every 2 ms) to land in it: sends
-        # in a tight loop share datagrams, and 2000 of them can be over within a few ms.
-        n = N if secure else 10 * N
+
+        def midway() -> None:
+            # The sender waits mid-stream for the forgeries: a stream in a tight loop can be
+            # over within a few ms, before the attacker's thread is scheduled at all.
+            attacker.wait_rounds(2)
+            if not secure:
+                _until(lambda: b.stats["exon"]["address_changes"] > 0, 10.0)
+
         with _spoofing(b.address, forged, 0.002) as attacker:
-            # secure: every message must arrive, so a generous bound; in clear the stream
-            # stalls, and a slow machine only makes the attack likelier to land
-            got = _stream(a, b, n, timeout=60.0 if secure else 3.0)
-            stolen = _drain(attacker, 0.3)
+            # secure: every message must arrive, so a generous bound; in clear the stream may
+            # stall (its datagrams go to the attacker)
+            got = _stream(a, b, N, timeout=60.0 if secure else 5.0, midway=midway)
+            stolen = _drain(attacker.sock, 0.3)
+        exon = b.stats["exon"]
+        assert attacker.rounds >= 2
         if secure:
-            assert got == n and stolen == 0
-            assert b.stats["exon"]["plain_refused"] > 0
+            assert got == N and stolen == 0
+            assert exon["plain_refused"] > 0 and exon["address_changes"] == 0
         else:
-            assert stolen > 0 or got < n  # the attack works on a node in clear
+            assert exon["address_changes"] > 0  # the attack works on a node in clear
 
 
 class _Tap:

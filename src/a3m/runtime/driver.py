@@ -61,6 +61,7 @@ SOCKET_BUFFER_BYTES = 8 << 20
 PARK_S = 0.002
 #: Longest single select of the I/O thread or a leader (seconds).
 MAX_SLEEP_S = 1.0
+LOOP_LEADER = 3  # run_io's reason: input came while an application thread leads
 #: While the layer above's output waits for Exon's window (``upper_waits``), a leader polls
 #: its socket this long (at most) for the ACK that opens it, before it sleeps (only with
 #: busy polling on, ``busy_poll_s`` > 0). A stream blocked on its window waits a receiver's
@@ -754,9 +755,11 @@ class Driver:
                     io, until = self._io, self._python_until(now)
                     self._in_native = True
             if loop is not None and timeout > 0:
+                why = -1
                 try:
                     # (the interpreter's lock released inside)
-                    self.loop_reads += loop(io, self._wake_r, until)[1]
+                    why, reads, _ = loop(io, self._wake_r, until)
+                    self.loop_reads += reads
                 except (OSError, ValueError):
                     pass  # the socket was swapped by rebind or closed by stop
                 except Exception:  # (a3m._native.NativePanic): never a silent stall
@@ -766,6 +769,11 @@ class Driver:
                     self._in_native = False
                 self.io_errors += proto.take_io_errors()  # type: ignore[attr-defined]
                 if self._leader is not None:
+                    if why != LOOP_LEADER:
+                        # What the loop left for Python (datagrams it read, messages for the
+                        # layer above, a deadline) is the leader's to handle, and the leader
+                        # may wait on a socket the loop has already read: wake it.
+                        self._write_wake()
                     continue
             elif timeout > 0:
                 try:
