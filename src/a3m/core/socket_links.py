@@ -23,6 +23,7 @@ from a3m.core.link import (
     LINK_LIMIT,
     NOT_FOUND,
     OK,
+    REASONS,
     Ev,
     Link,
     PeerId,
@@ -157,7 +158,7 @@ class LinkLifecycle(RecvPath):
         self._emit(link.peer, Message(m.ERROR, self.tag, link.peer[1], link.my_inc,
                                       link.peer_inc, code=m.ERR_PROTOCOL,
                                       payload=why.encode()[:200]))
-        self._abort(link)
+        self._abort(link, f"protocol violation: {why}")
 
     # ================================================================ timers
 
@@ -331,7 +332,7 @@ class LinkLifecycle(RecvPath):
                                          msg.src_inc, code=ALREADY_LINKED))
                 return
             # A newer incarnation: the peer lost its side of our link.
-            self._abort(link)
+            self._abort(link, "the peer lost its side of the link")
         link = self._new_link(peer, initiator=False)
         link.peer_inc = msg.src_inc
         link.peer_meta = msg.meta
@@ -385,6 +386,7 @@ class LinkLifecycle(RecvPath):
         self.refusals.pop(link.peer, None)
         self._retry_count.pop(link.peer, None)
         self.on_link_added(link)
+        self.node.note_link("linked", self.tag, link.peer, "")
         if link.unlink_wanted or self.closed:
             self._start_unlink(link)
 
@@ -392,6 +394,10 @@ class LinkLifecycle(RecvPath):
         self.refusals[link.peer] = code
         wanted = link.unlink_wanted
         self._close(link, Ev.REFUSE)
+        if by_peer or not (wanted or self.closed):  # (not our own cancel at close or unlink)
+            self.node.note_link("link_refused", self.tag, link.peer,
+                                f"{REASONS.get(code, hex(code))} "
+                                f"({'by the peer' if by_peer else 'here'})")
         if by_peer and not is_fatal(code) and link.initiator and not wanted and not self.closed:
             self._schedule_retry(link.peer)
 
@@ -434,6 +440,7 @@ class LinkLifecycle(RecvPath):
                 and link.processed >= link.peer_goal):
             link.advance(Ev.GOAL_REACHED)
             self._forget(link, graceful=True)
+            self.node.note_link("unlinked", self.tag, link.peer, "unlinked")
 
     def _on_error(self, peer: PeerId, link: Link | None, msg: Message, now: float) -> None:
         """An ERROR from the peer: never answered with an ERROR."""
@@ -445,7 +452,7 @@ class LinkLifecycle(RecvPath):
             else:
                 if link.initiator and self.options.reconnect and not link.unlink_wanted:
                     self._relink.add(peer)
-                self._abort(link)
+                self._abort(link, "the peer socket is gone")
         elif msg.about == m.PING and link.state is not State.ESTABLISHED:
             # A PING sent while established, answered after this side began unlinking (the
             # peer finished first): the unlink ends the link, with its delivery goal.
@@ -453,12 +460,13 @@ class LinkLifecycle(RecvPath):
         elif msg.code in (m.ERR_SOCKET_NOT_LINKED, m.ERR_PROTOCOL) and msg.dst_inc in (
                 0, link.my_inc):
             was_initiator = link.initiator and link.state is not State.UNLINKING
-            self._abort(link)
+            self._abort(link, "the peer does not know the link"
+                        if msg.code == m.ERR_SOCKET_NOT_LINKED else "the peer's protocol error")
             if was_initiator and not self.closed and msg.code == m.ERR_SOCKET_NOT_LINKED:
                 self._schedule_retry(peer)
 
-    def link_lost(self, peer: PeerId, my_inc: int, not_delivered: list[int] | None = None
-                  ) -> None:
+    def link_lost(self, peer: PeerId, my_inc: int, not_delivered: list[int] | None = None,
+                  reason: str = "") -> None:
         """A message of the link ``(peer, my_inc)`` may or may not have been delivered (the
         transport says so when the peer's node crashed): the link cannot keep its promises
         (order, delivery goal) any more, so it ends now, as if the peer had aborted it.
@@ -468,30 +476,34 @@ class LinkLifecycle(RecvPath):
         link = self.links.get(peer)
         if link is not None and link.my_inc == my_inc:
             self.on_link_lost(link, unknown_outcome=True)
-            self._lose(link)
+            self._lose(link, reason or "a message to the peer was lost (its node "
+                             "restarted or was given up)")
 
-    def peer_lost(self, node_id: str) -> None:
-        """The node ``node_id`` stopped answering: every link to it ends now."""
+    def peer_lost(self, node_id: str, reason: str = "peer lost") -> None:
+        """The node ``node_id`` stopped answering (or restarted): every link to it ends now."""
         peers = self._by_node.get(node_id)
         for link in [self.links[p] for p in peers] if peers else []:
             self.on_link_lost(link, unknown_outcome=False)
-            self._lose(link)
+            self._lose(link, reason)
         if self.jar.out:
             self.jar.node_lost(node_id)
 
-    def _lose(self, link: Link) -> None:
+    def _lose(self, link: Link, reason: str) -> None:
         # Messages already delivered stay readable; a link this side initiated is tried
         # again (randomised back-off), so it comes back with the peer.
         retry = (link.initiator and not link.unlink_wanted and not self.closed
                  and link.state is not State.UNLINKING)
-        self._abort(link)
+        self._abort(link, reason)
         if retry:
             self._schedule_retry(link.peer)
 
-    def _abort(self, link: Link) -> None:
-        if link.state is State.ESTABLISHED:
+    def _abort(self, link: Link, reason: str = "aborted") -> None:
+        was = link.state
+        if was is State.ESTABLISHED:
             self.on_link_removed(link)
         self._close(link, Ev.ABORT)
+        if was is State.ESTABLISHED or was is State.UNLINKING:
+            self.node.note_link("unlinked", self.tag, link.peer, reason)
 
     def _close(self, link: Link, ev: Ev) -> None:
         if link.state is not State.CLOSED:
