@@ -266,6 +266,14 @@ class CookieJar:
         self._settle_all(peer, entry, UNKNOWN)
         del self.out[(peer, inc)]
 
+    def forgotten(self, peer: PeerId, inc: int) -> None:
+        """The peer answered "not linked" for link ``(peer, inc)``, which ended here
+        gracefully: its final word will never come; what it holds is UNKNOWN."""
+        entry = self.out.get((peer, inc))
+        if entry is not None and entry.ended:
+            self._settle_all(peer, entry, UNKNOWN)
+            del self.out[(peer, inc)]
+
     def not_delivered(self, peer: PeerId, inc: int, seqs: list[int]) -> None:
         """The transport gave these messages up before they wholly left."""
         entry = self.out.get((peer, inc))

@@ -37,6 +37,10 @@ from a3m.core.socket_recv import RecvPath
 from a3m.core.socket_state import INF, Received
 from a3m.errors import UsageError
 
+#: A link still linking when its socket unlinks or closes is given this long for its
+#: handshake to end, then cancelled (``_cancel_linking``): close() is bounded for every state.
+CANCEL_LINKING_S = 5.0
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the patterns subclass SocketCore
 class LinkLifecycle(RecvPath):
@@ -86,7 +90,8 @@ class LinkLifecycle(RecvPath):
         if link is None:
             return
         if link.state is State.LINKING:
-            link.unlink_wanted = True  # decided once the handshake ends
+            link.unlink_wanted = True  # decided once the handshake ends, or cancelled by
+            self._arm_keepalive(link, now + CANCEL_LINKING_S)  # then (a silent peer)
         elif link.state is State.ESTABLISHED:
             self._start_unlink(link)
 
@@ -131,6 +136,11 @@ class LinkLifecycle(RecvPath):
             return
         link = self.links.get(peer)
         if t == m.ERROR:
+            if (self.jar.out and msg.code == m.ERR_SOCKET_NOT_LINKED
+                    and (link is None or msg.dst_inc != link.my_inc)):
+                # The peer knows no link of ours that ended here gracefully and awaits its
+                # final word (cookies): that word will never come.
+                self.jar.forgotten(peer, msg.dst_inc)
             self._on_error(peer, link, msg, now)
             return
         if link is None or msg.dst_inc != link.my_inc:
@@ -236,7 +246,13 @@ class LinkLifecycle(RecvPath):
             if link.ka_at != t:
                 continue  # stale
             link.ka_at = INF
-            if link.state is not State.ESTABLISHED or self.links.get(link.peer) is not link:
+            if self.links.get(link.peer) is not link:
+                continue
+            if link.state is State.LINKING:
+                if link.unlink_wanted:
+                    self._cancel_linking(link)
+                continue
+            if link.state is not State.ESTABLISHED:
                 continue
             due = self._keepalive_due(link)
             if now >= due:
@@ -359,6 +375,14 @@ class LinkLifecycle(RecvPath):
     def _implicit_accept(self, link: Link, msg: Message) -> bool:
         """A message other than LINKACK on a linking link (seed 003's DATA before LINKACK)."""
         if msg.type == m.UNLINK:
+            if link.my_decision == OK and link.peer_meta is not None and msg.goal:
+                # A peer unlinks only a link it holds established, and this one sent DATA
+                # (its goal): its UNLINK overtook its final LINKACK, which it proves
+                # positive, as a DATA would. Establish, then unlink with its goal (answering
+                # it with UNLINK goal 0 and closing would drop what it sent: issue 40).
+                link.peer_decision = OK
+                self._establish(link)
+                return link.state is not State.CLOSED
             # The peer gave up while linking: answer and close.
             if not link.unlink_sent:
                 self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
@@ -389,6 +413,18 @@ class LinkLifecycle(RecvPath):
         self.node.note_link("linked", self.tag, link.peer, "")
         if link.unlink_wanted or self.closed:
             self._start_unlink(link)
+
+    def _cancel_linking(self, link: Link) -> None:
+        """``link``, unlinked (or its socket closed) while linking, waited
+        :data:`CANCEL_LINKING_S` for its handshake to end: a peer node that is up but never
+        answers would hold the close for ever. Cancelled here; no message travels on a link
+        before it is established, so nothing is lost. A peer that answered (its incarnation
+        is known) is told with an UNLINK (goal 0), which closes its side."""
+        if link.peer_inc:
+            link.unlink_sent = True
+            self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
+                                          link.peer_inc, goal=0))
+        self._refused(link, CANCELLED, by_peer=False)
 
     def _refused(self, link: Link, code: int, by_peer: bool) -> None:
         self.refusals[link.peer] = code
@@ -427,6 +463,8 @@ class LinkLifecycle(RecvPath):
         if link.state is State.ESTABLISHED:
             link.advance(Ev.UNLINK_PEER)
             self.on_link_removed(link)
+            if link.pending:  # corked DATA leaves before the UNLINK that names its goal
+                self.flush_link(link)
             if link.initiator and self.options.reconnect and not self.closed:
                 self._relink.add(link.peer)  # the peer went away: link again, as zmq does
         if not link.unlink_sent:
