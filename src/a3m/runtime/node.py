@@ -192,7 +192,18 @@ class Node:
                     "io_errors": drv.io_errors, "loop_errors": drv.loop_errors,
                     "event_errors": drv.event_errors, "rx_drops": drops,
                     "events": dict(self._events.told),
-                    "events_dropped": self._events.dropped}
+                    "events_dropped": self._events.dropped, "tables": self._tables()}
+
+    def _tables(self) -> dict[str, int]:
+        """Under the lock: how much state the node holds (what a long run must keep flat)."""
+        socks = self._core.sockets
+        send, recv = self._proto.record_counts()
+        sec = self._proto.secure
+        return {"sockets": len(socks), "links": sum(len(c.links) for c in socks.values()),
+                "cookies": sum(c.jar.held for c in socks.values()),
+                "send_records": send, "recv_records": recv,
+                "sessions": 0 if sec is None else sec.session_count(),
+                "outbox": len(self._bridge.outbox), "events": len(self._events.items)}
 
     def events(self, timeout: float | None = None) -> Iterator[NodeEvent]:
         """What happens to this node's links and peers, as it happens
