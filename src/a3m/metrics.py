@@ -1,7 +1,7 @@
 """A node's counters for Prometheus (SPEC 7): ``a3m.metrics.Collector(node)``.
 
 A custom collector (``prometheus_client``'s own protocol): nothing is counted twice, every
-scrape reads the node's :attr:`~a3m.Node.stats` once and turns it into metric families, named
+scrape reads the node's ``stats`` once and turns it into metric families, named
 and typed after Prometheus' conventions (``a3m_`` prefix, base units, ``_total`` on
 counters, a ``node`` label). ``prometheus_client`` is an optional extra::
 

@@ -1,5 +1,5 @@
 """``a3m bench soak`` for two minutes (issue 40): streams, round trips, link churn and a
-receiver restarted every 40 s, through the lossy relay. Counts only, never timing: every
+receiver restarted every 30 s, through the lossy relay. Counts only, never timing: every
 message is accounted for (delivered once, or reported UNKNOWN at a restart, or
 NOT_DELIVERED), the restarts were heard with as many unknown messages as the cookies say,
 and every process sampled itself. The hour-long run is in docs/performance.md."""
@@ -17,7 +17,7 @@ from a3m.benchmarks.soak import growth_mib_per_h
 def test_a_short_soak_accounts_for_every_message(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "a3m.cli.main", "bench", "soak", "--minutes", "2", "--rate",
-         "100", "--batch", "50", "--churn-s", "2", "--restart-s", "40", "--sample-s", "10",
+         "100", "--batch", "50", "--churn-s", "2", "--restart-s", "30", "--sample-s", "10",
          "--workdir", str(tmp_path / "work"), "--json", "--plot", str(tmp_path / "soak.png")],
         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -135,7 +135,9 @@ def _receiver(role: str, node_id: str, port: int, work: str, params: dict[str, A
     log = os.open(wd / f"taken-{role}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     dies_at = time.monotonic() + params["restart_s"] if role == "rx2" else float("inf")
     stop = wd / "stop"
+    told = 0
     while not stop.exists():
+        told += sum(1 for _ in node.events(timeout=0))  # read, as an application would
         for sock, _ in poller.poll(0.2):
             if role == "rx" and sock is socks[1]:
                 req = sock.recv(timeout=0)
@@ -147,7 +149,7 @@ def _receiver(role: str, node_id: str, port: int, work: str, params: dict[str, A
                 continue
             if got:
                 os.write(log, b"".join(m + b"\n" for m in got))  # before anything else
-        if time.monotonic() >= dies_at:
+        if time.monotonic() >= dies_at and time.time() < t0 + params["duration_s"] - 20:
             os.kill(os.getpid(), signal.SIGKILL)  # a crash, right after writing down
     sampler.stop()
     os.close(log)
@@ -168,15 +170,20 @@ def _sender(work: str, params: dict[str, Any], addrs: dict[str, tuple[str, int]]
     sampler = Sampler(wd / "samples-tx.jsonl", params["sample_s"], node, t0, "tx")
     lock = threading.Lock()
     outcomes: Counter[str] = Counter()
-    by_id: dict[bytes, str] = {}
+    # Each outcome is written down as it comes (kept in memory, 720 000 an hour would be
+    # the process's own growth, not the node's).
+    record = os.open(wd / "outcomes-tx", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     sent: list[int] = [0]
     tally = {"rpc_ok": 0, "rpc_failed": 0, "churn_links": 0, "churn_failed": 0}
 
     def note(cookies: list[Any]) -> None:
+        if not cookies:
+            return
         with lock:
             for c in cookies:
                 outcomes[c.outcome] += 1
-                by_id[c.value] = c.outcome
+            os.write(record, b"".join(b"%s %s\n" % (c.value, c.outcome[:1].encode())
+                                      for c in cookies))
 
     counts: dict[str, int] = {}
 
@@ -235,6 +242,9 @@ def _sender(work: str, params: dict[str, Any], addrs: dict[str, tuple[str, int]]
                         n += 1
                         with lock:
                             sent[0] += 1
+                    # Used: its messages taken before it closes (closed at once, the PULL's
+                    # unread ones would come back NOT_DELIVERED, as they should).
+                    note([push.recv_cookie(timeout=10) for _ in range(CHURN_MESSAGES)])
                 else:
                     tally["churn_failed"] += 1
             except (a3m.A3MError, TimeoutError):
@@ -255,9 +265,9 @@ def _sender(work: str, params: dict[str, Any], addrs: dict[str, tuple[str, int]]
 
     def hear(timeout: float) -> None:
         for ev in node.events(timeout=timeout):  # (ends after `timeout` without one)
-            if ev.kind == "peer_restarted":
+            if ev.kind in ("peer_restarted", "peer_unreachable"):
                 restarts.append({"t": round(ev.time - t0, 2), "peer": ev.peer.node,
-                                 "unknown": ev.unknown})
+                                 "kind": ev.kind, "unknown": ev.unknown})
 
     while any(t.is_alive() for t in threads):
         hear(0.5)
@@ -266,8 +276,8 @@ def _sender(work: str, params: dict[str, Any], addrs: dict[str, tuple[str, int]]
     sampler.stop()
     stats = node.stats
     node.close(timeout=30)
-    report = {"sent": sent[0], "outcomes": dict(outcomes), "by_id": {k.decode(): v for k, v
-                                                                      in by_id.items()},
+    os.close(record)
+    report = {"sent": sent[0], "outcomes": dict(outcomes),
               "restarts_heard": restarts, "counts": counts, **tally,
               "peers_restarted": stats["peers_restarted"], "events": stats["events"]}
     (wd / "report-tx.json").write_text(json.dumps(report))
@@ -356,7 +366,14 @@ def run_soak(minutes: float, rate: float = 200.0, batch: int = 100, churn_s: flo
         path = wd / f"taken-{role}"
         if path.exists():
             taken.update(line for line in path.read_text().splitlines() if line)
-    by_id: dict[str, str] = report["by_id"]
+    by_id: dict[str, str] = {}
+    outcome_of = {"d": "delivered", "u": "unknown", "n": "not delivered"}
+    repeated = 0  # two outcomes for one message (never: exactly one each)
+    for line in (wd / "outcomes-tx").read_text().splitlines():
+        mid, _, o = line.partition(" ")
+        if mid in by_id:
+            repeated += 1
+        by_id[mid] = outcome_of.get(o, o)
     lost = [m for m, o in by_id.items() if (o == "delivered" and m not in taken)
             or (o == "not delivered" and m in taken)]
     unresolved = report["sent"] - len(by_id)
@@ -388,8 +405,12 @@ def run_soak(minutes: float, rate: float = 200.0, batch: int = 100, churn_s: flo
         "unknown": outcomes.get("unknown", 0),
         "not_delivered": outcomes.get("not delivered", 0),
         "lost": len(lost) + unresolved, "unresolved": unresolved, "duplicates": duplicates,
+        "outcomes_repeated": repeated,
         "phantoms": phantoms, "lost_examples": lost[:10],
-        "restarts": incarnations - 1, "restarts_heard": report["restarts_heard"],
+        "restarts": incarnations - 1,
+        "restarts_heard": [r for r in report["restarts_heard"] if r["kind"] == "peer_restarted"],
+        "unreachable_heard": [r for r in report["restarts_heard"]
+                              if r["kind"] == "peer_unreachable"],
         "unknown_heard": unknown_heard,
         "outcomes_by_stream": {{"s": "stream", "r": "restarted", "c": "churn"}.get(k, k):
                                dict(v) for k, v in sorted(by_stream.items())},
@@ -402,6 +423,7 @@ def run_soak(minutes: float, rate: float = 200.0, batch: int = 100, churn_s: flo
         "machine": machine(),
     }
     result["exact"] = (result["lost"] == 0 and duplicates == 0 and phantoms == 0
+                       and repeated == 0
                        and result["delivered"] + result["unknown"] + result["not_delivered"]
                        == result["sent"])
     return result
