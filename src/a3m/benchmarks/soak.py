@@ -336,6 +336,9 @@ def run_soak(minutes: float, rate: float = 200.0, batch: int = 100, churn_s: flo
              f"{reorder}, a restart every {restart_s:g} s, churn every {churn_s:g} s; in {wd}")
     tx = ctx.Process(target=_sender, args=(str(wd), params, addrs), daemon=True)
     tx.start()
+    if threading.current_thread() is threading.main_thread():
+        # Killed (SIGTERM): the processes end with it (below), not left running.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     incarnations = 1
     try:
         last_said = time.monotonic()
@@ -353,6 +356,10 @@ def run_soak(minutes: float, rate: float = 200.0, batch: int = 100, churn_s: flo
                 progress(f"soak: {(time.time() - t0) / 60:.1f} of {minutes} min, "
                          f"{incarnations} incarnation(s) of soak-rx2")
         tx.join()
+    except BaseException:
+        for p in (rx, rx2, tx):
+            p.kill()
+        raise
     finally:
         (wd / "stop").touch()
         for p in (rx, rx2, tx):
