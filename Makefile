@@ -19,7 +19,7 @@ NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs
 $(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES) $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip wheel 'setuptools>=77' >/dev/null
-	$(BIN)/python -m pip install -e '.[spark,bench,dev,uvloop,docs]'
+	$(BIN)/python -m pip install -e '.[spark,bench,dev,uvloop,docs,metrics]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -37,11 +37,14 @@ def test_push_lines_of_stdin_to_a_pull_that_prints_json_lines() -> None:
     r = send("--node", "src", "--peer", f"sink=127.0.0.1:{port}", "--link", "sink/in",
              stdin="hello\nworld\nthird line\n")
     assert r.returncode == 0, r.stderr
-    out, _ = rx.communicate(timeout=30)
+    out, err = rx.communicate(timeout=30)
     assert rx.returncode == 0
     rows = [json.loads(line) for line in out.splitlines()]
     assert [row["payload"] for row in rows] == ["hello", "world", "third line"]
     assert {row["source"] for row in rows} == {"src/cat"}
+    # The node's events on standard error, both sides.
+    assert "[a3m] node 'src': linked src/cat <-> sink/in" in r.stderr
+    assert "[a3m] node 'sink': linked sink/in <-> src/cat" in err
 
 
 def test_req_gets_each_reply_from_a_rep_that_answers() -> None:

@@ -72,7 +72,8 @@ from a3m.core.cookies import DELIVERED, NOT_DELIVERED, UNKNOWN  # noqa: E402
 
 _LAZY = {"Node": "a3m.runtime.node", "Socket": "a3m.runtime.sockets",
          "Poller": "a3m.runtime.sockets", "SocketId": "a3m.ids",
-         "ReceivedMessage": "a3m.runtime.sockets", "Cookie": "a3m.core.cookies", "proxy": "a3m.runtime.proxy"}
+         "ReceivedMessage": "a3m.runtime.sockets", "Cookie": "a3m.core.cookies",
+         "NodeEvent": "a3m.runtime.events", "proxy": "a3m.runtime.proxy"}
 
 
 def __getattr__(name: str) -> object:
@@ -87,7 +88,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "ALL", "BUS", "Cookie", "DELIVERED", "NOT_DELIVERED", "POLLCOOKIE", "UNKNOWN", "DEALER", "DISH", "ONE", "PAIR", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH",
     "RADIO", "REP", "REQ", "RESPONDENT", "ROUTER", "SUB", "SURVEYOR", "XPUB", "XSUB",
-    "Node", "Poller", "ReceivedMessage", "Socket", "SocketId", "proxy",
+    "Node", "NodeEvent", "Poller", "ReceivedMessage", "Socket", "SocketId", "proxy",
     "A3MError",
     "Broken",
     "Closed",

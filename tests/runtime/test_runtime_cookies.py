@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -278,3 +279,27 @@ def test_a_custom_socket_kind_gets_cookies_through_the_extension_points() -> Non
         assert ins[1].recv(timeout=10) == b"to all"
         (second,) = outcomes(out, 1)
         assert (second.value, second.peer.tag, second.outcome) == ("fan", "in1", a3m.DELIVERED)
+
+
+def test_buffered_sends_whose_link_vanished_say_not_delivered() -> None:
+    """Sends with a cookie waiting in the socket's send buffer (a stream's, for the I/O
+    thread's next turn) when the socket's last link goes (the receiver closed): they never
+    left, so they are NOT_DELIVERED (an empty peer), not held for a link that may never
+    come; and flush() then has nothing to wait for (issue 40: a Spark sink's flush returned
+    False instead of hearing NOT_DELIVERED). A send without a cookie waits for a link."""
+    with a3m.Node("sbv-a") as a:
+        push = a.socket(a3m.PUSH, "out")
+        with a._driver.lock:  # as a stream's send buffer holds them when the link goes
+            push._sbuf.open(8)
+            assert push._sbuf.offer(b"one", "c1") and push._sbuf.offer(b"two")
+            assert push._sbuf.offer(b"three", "c3")
+            push._drain(0.0)
+        got = push.cookies(10)
+        assert [(c.value, c.outcome, c.peer) for c in got] == [
+            ("c1", a3m.NOT_DELIVERED, a3m.SocketId("", "")),
+            ("c3", a3m.NOT_DELIVERED, a3m.SocketId("", ""))]
+        assert push._sbuf.items == [b"two"] and push._sbuf.stalled
+        assert a.flush(timeout=0.2) is False  # b"two" waits for a link: not acknowledged
+        t0 = time.monotonic()
+        assert push.close() is False  # no link will take it: given up at once, and said so
+        assert time.monotonic() - t0 < 5.0  # (generous: no wait at all is needed)

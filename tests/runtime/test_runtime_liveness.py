@@ -54,6 +54,10 @@ def test_req_gets_a_link_error_when_its_rep_process_is_killed() -> None:
             req.recv(timeout=60)
         stats = node.stats
         assert stats["peers_unreachable"] >= 1 and stats["exon"]["peers_abandoned"] >= 1
+        told = [e for e in node.events(timeout=0) if e.kind != "linked"]
+        assert told[0].kind == "unlinked" and told[0].reason == "peer unreachable"
+        assert any(e.kind == "peer_unreachable" and e.peer.node == "liveness-rep"
+                   and e.reason.startswith("silent for") for e in told), told
         assert node.unreachable_peers() == ["liveness-rep"]
         t0 = time.monotonic()
         assert node.close(timeout=60) is False  # prompt, and says it gave a peer up

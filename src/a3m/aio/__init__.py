@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -45,12 +45,13 @@ from a3m.core.cookies import Cookie
 from a3m.core.link import REASONS
 from a3m.errors import LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.runtime import sockets as _sync
+from a3m.runtime.events import NodeEvent
 from a3m.runtime.sockets import POLLCOOKIE, POLLIN, POLLOUT, ReceivedMessage, SocketId
 
 T = TypeVar("T")
 
-__all__ = ["Node", "Socket", "SocketId", "ReceivedMessage", "Cookie", "POLLIN", "POLLOUT",
-           "POLLCOOKIE"]
+__all__ = ["Node", "Socket", "SocketId", "ReceivedMessage", "Cookie", "NodeEvent", "POLLIN",
+           "POLLOUT", "POLLCOOKIE"]
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -97,6 +98,28 @@ class Node:
 
     def unreachable_peers(self) -> list[str]:
         return self.sync.unreachable_peers()
+
+    async def events(self, timeout: float | None = None) -> AsyncIterator[NodeEvent]:
+        """As :meth:`a3m.Node.events`, for ``async for``: each next event is awaited; the
+        iteration ends when ``timeout`` seconds pass without one (``0``: what is there), or
+        once the node closed and every event was read."""
+        _check_timeout(timeout)
+        node, drv = self.sync, self._driver
+        queue = node._events
+        while True:
+            with drv.lock:
+                ev = queue.pop()
+            if ev is None:
+                if node._closed or not drv.running or timeout == 0:
+                    return
+                deadline = None if timeout is None else time.monotonic() + timeout
+                await drv.until(lambda: bool(queue.items) or node._closed or not drv.running,
+                                deadline)
+                with drv.lock:
+                    ev = queue.pop()
+                if ev is None:
+                    return
+            yield ev
 
     async def flush(self, timeout: float | None = None) -> bool:
         """As :meth:`a3m.Node.flush`: until every message sent so far is acknowledged."""

@@ -39,6 +39,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any
 
 #: Adds some options to a workload's parser.
@@ -315,6 +316,11 @@ def _workloads() -> dict[str, Workload]:
         "pipeline": Workload(
             "one Spark streaming query fed by Spark's rate source and by the a3m source",
             _pipeline, (pipeline_options,)),
+        "soak": Workload(
+            "a long run across two processes and the lossy relay (streams, round trips, "
+            "link churn, receiver restarts): memory, descriptors, threads, exactness",
+            lambda args: import_module("a3m.benchmarks.soak").cli(args),
+            (lambda p: import_module("a3m.benchmarks.soak").add_options(p),)),
     }
 
 

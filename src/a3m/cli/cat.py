@@ -7,7 +7,9 @@ default; PUB, REQ, DEALER, PAIR, BUS, SURVEYOR...), links it to ``--link NODE/TA
 ``--data`` arguments, the lines of ``--file``, or the lines of standard input; a REQ, DEALER or
 SURVEYOR prints the replies. Both print one message per line: ``raw`` bytes, ``quoted``
 (Python-style escapes, one line each) or ``json`` (``{"source", "payload", "topic"}``, payload
-as text when it is UTF-8, else ``payload_b64``). Progress and errors go to standard error.
+as text when it is UTF-8, else ``payload_b64``). Progress, errors and the node's events (links
+up and down, refusals, peers unreachable or restarted: ``a3m.NodeEvent``) go to standard
+error.
 
     terminal 1:  a3m recv --node sink --bind 127.0.0.1:7400 --tag in --format json
     terminal 2:  echo hello | a3m send --peer sink=127.0.0.1:7400 --link sink/in
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -129,7 +132,20 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
         raise
     print(f"[a3m] node {node.id} at {node.address[0]}:{node.address[1]}, {args.type} "
           f"socket {args.tag!r}", file=sys.stderr, flush=True)
+    _print_events()
     return node, sock
+
+
+def _print_events() -> None:
+    """The node's events (each one a line on the ``a3m.events`` logger) on standard error."""
+    log = logging.getLogger("a3m.events")
+    if not any(getattr(h, "_a3m_cat", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[a3m] %(message)s"))
+        handler._a3m_cat = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+        log.propagate = False
+    log.setLevel(logging.INFO)
 
 
 def _open_or_say(args: argparse.Namespace, command: str) -> tuple[Any, Any] | None:

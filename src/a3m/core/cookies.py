@@ -142,13 +142,15 @@ class CookieJar:
 
     ``held`` counts both; a send with a cookie waits while it is at ``limit``."""
 
-    __slots__ = ("out", "ready", "held", "limit")
+    __slots__ = ("out", "ready", "held", "limit", "unknown_given")
 
     def __init__(self, limit: int) -> None:
         self.out: dict[tuple[PeerId, int], Outstanding] = {}
         self.ready: deque[Cookie] = deque()
         self.held = 0
         self.limit = limit
+        #: Outcomes given UNKNOWN so far (a node's events count those a restart left).
+        self.unknown_given = 0
 
     @property
     def full(self) -> bool:
@@ -208,6 +210,8 @@ class CookieJar:
         cookie = entry.cookies.pop(seq, _MISSING)
         if cookie is not _MISSING:
             self.ready.append(Cookie(cookie, entry.peer, outcome))
+            if outcome == UNKNOWN:
+                self.unknown_given += 1
 
     def _settle_ranges(self, peer: PeerId, entry: Outstanding, ranges: list[Range],
                        outcome: str) -> None:
@@ -261,6 +265,14 @@ class CookieJar:
             return
         self._settle_all(peer, entry, UNKNOWN)
         del self.out[(peer, inc)]
+
+    def forgotten(self, peer: PeerId, inc: int) -> None:
+        """The peer answered "not linked" for link ``(peer, inc)``, which ended here
+        gracefully: its final word will never come; what it holds is UNKNOWN."""
+        entry = self.out.get((peer, inc))
+        if entry is not None and entry.ended:
+            self._settle_all(peer, entry, UNKNOWN)
+            del self.out[(peer, inc)]
 
     def not_delivered(self, peer: PeerId, inc: int, seqs: list[int]) -> None:
         """The transport gave these messages up before they wholly left."""

@@ -81,6 +81,10 @@ class NodeBase:
         #: The transport's smoothed round trip to a node (None: not measured); the runtime
         #: plugs it in (:class:`a3m.core.transport.ExonBridge`). Links size their windows by it.
         self.rtt: Callable[[str], float | None] = lambda node_id: None
+        #: Told of each link that comes up, ends, or is refused (the runtime's node events):
+        #: ``fn(kind, tag, peer, reason)``, kind ``linked``, ``unlinked`` or ``link_refused``.
+        #: Called on the node's I/O path: keep it cheap and never raise.
+        self.link_event: Callable[[str, str, tuple[str, str], str], None] | None = None
 
     def next_incarnation(self) -> int:
         self._inc += 1
@@ -89,6 +93,12 @@ class NodeBase:
     def log(self, text: str) -> None:
         if self._log is not None:
             self._log(f"[{self.node_id}] {text}")
+
+    def note_link(self, kind: str, tag: str, peer: tuple[str, str], reason: str) -> None:
+        """Tell :attr:`link_event` (if set) that a link of socket ``tag`` changed."""
+        fn = self.link_event
+        if fn is not None:
+            fn(kind, tag, peer, reason)
 
     def emit(self, node_id: str, data: bytes) -> None:
         """Queue a message for a node (ours: delivered locally, after the current one)."""

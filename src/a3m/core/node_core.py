@@ -161,7 +161,7 @@ class NodeCore(NodeBase):
     # ------------------------------------------------------------------ lost peers
 
     def message_lost(self, node_id: str, data: bytes, now: float,
-                     surely_not: bool = False) -> None:
+                     surely_not: bool = False, reason: str = "") -> None:
         """The transport cannot tell whether ``data``, sent to ``node_id``, was delivered
         (that node crashed with it in flight; ``surely_not``: it was given up before it
         wholly left): the link it belongs to ends (see :meth:`SocketCore.link_lost`)."""
@@ -182,14 +182,23 @@ class NodeCore(NodeBase):
                     except ProtocolViolation:
                         count = 0
                 never = list(range(first, first + count))
-            sock.link_lost((node_id, msg.dst_tag), msg.src_inc, never)
+            sock.link_lost((node_id, msg.dst_tag), msg.src_inc, never, reason)
         self.lost_messages += 1
 
-    def peer_lost(self, node_id: str, now: float) -> None:
-        """``node_id`` stopped answering: every link to it ends (:meth:`SocketCore.peer_lost`)."""
+    def peer_lost(self, node_id: str, now: float, reason: str = "peer lost") -> int:
+        """``node_id`` stopped answering, or restarted: every link to it ends
+        (:meth:`SocketCore.peer_lost`). Returns how many messages sent with a cookie this
+        left of unknown outcome (their cookies say UNKNOWN)."""
         self.now = now
+        before = self.unknown_outcomes()
         for sock in list(self.sockets.values()):
-            sock.peer_lost(node_id)
+            sock.peer_lost(node_id, reason)
+        return self.unknown_outcomes() - before
+
+    def unknown_outcomes(self) -> int:
+        """How many outcomes this node's sockets gave UNKNOWN so far (closed sockets'
+        excepted)."""
+        return sum(s.jar.unknown_given for s in self.sockets.values())
 
     # ------------------------------------------------------------------ timers
 

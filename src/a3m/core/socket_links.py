@@ -23,6 +23,7 @@ from a3m.core.link import (
     LINK_LIMIT,
     NOT_FOUND,
     OK,
+    REASONS,
     Ev,
     Link,
     PeerId,
@@ -35,6 +36,10 @@ from a3m.core.node_base import NodeBase
 from a3m.core.socket_recv import RecvPath
 from a3m.core.socket_state import INF, Received
 from a3m.errors import UsageError
+
+#: A link still linking when its socket unlinks or closes is given this long for its
+#: handshake to end, then cancelled (``_cancel_linking``): close() is bounded for every state.
+CANCEL_LINKING_S = 5.0
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the patterns subclass SocketCore
@@ -85,7 +90,8 @@ class LinkLifecycle(RecvPath):
         if link is None:
             return
         if link.state is State.LINKING:
-            link.unlink_wanted = True  # decided once the handshake ends
+            link.unlink_wanted = True  # decided once the handshake ends, or cancelled by
+            self._arm_keepalive(link, now + CANCEL_LINKING_S)  # then (a silent peer)
         elif link.state is State.ESTABLISHED:
             self._start_unlink(link)
 
@@ -130,6 +136,11 @@ class LinkLifecycle(RecvPath):
             return
         link = self.links.get(peer)
         if t == m.ERROR:
+            if (self.jar.out and msg.code == m.ERR_SOCKET_NOT_LINKED
+                    and (link is None or msg.dst_inc != link.my_inc)):
+                # The peer knows no link of ours that ended here gracefully and awaits its
+                # final word (cookies): that word will never come.
+                self.jar.forgotten(peer, msg.dst_inc)
             self._on_error(peer, link, msg, now)
             return
         if link is None or msg.dst_inc != link.my_inc:
@@ -157,7 +168,7 @@ class LinkLifecycle(RecvPath):
         self._emit(link.peer, Message(m.ERROR, self.tag, link.peer[1], link.my_inc,
                                       link.peer_inc, code=m.ERR_PROTOCOL,
                                       payload=why.encode()[:200]))
-        self._abort(link)
+        self._abort(link, f"protocol violation: {why}")
 
     # ================================================================ timers
 
@@ -235,7 +246,13 @@ class LinkLifecycle(RecvPath):
             if link.ka_at != t:
                 continue  # stale
             link.ka_at = INF
-            if link.state is not State.ESTABLISHED or self.links.get(link.peer) is not link:
+            if self.links.get(link.peer) is not link:
+                continue
+            if link.state is State.LINKING:
+                if link.unlink_wanted:
+                    self._cancel_linking(link)
+                continue
+            if link.state is not State.ESTABLISHED:
                 continue
             due = self._keepalive_due(link)
             if now >= due:
@@ -331,7 +348,7 @@ class LinkLifecycle(RecvPath):
                                          msg.src_inc, code=ALREADY_LINKED))
                 return
             # A newer incarnation: the peer lost its side of our link.
-            self._abort(link)
+            self._abort(link, "the peer lost its side of the link")
         link = self._new_link(peer, initiator=False)
         link.peer_inc = msg.src_inc
         link.peer_meta = msg.meta
@@ -358,6 +375,14 @@ class LinkLifecycle(RecvPath):
     def _implicit_accept(self, link: Link, msg: Message) -> bool:
         """A message other than LINKACK on a linking link (seed 003's DATA before LINKACK)."""
         if msg.type == m.UNLINK:
+            if link.my_decision == OK and link.peer_meta is not None and msg.goal:
+                # A peer unlinks only a link it holds established, and this one sent DATA
+                # (its goal): its UNLINK overtook its final LINKACK, which it proves
+                # positive, as a DATA would. Establish, then unlink with its goal (answering
+                # it with UNLINK goal 0 and closing would drop what it sent: issue 40).
+                link.peer_decision = OK
+                self._establish(link)
+                return link.state is not State.CLOSED
             # The peer gave up while linking: answer and close.
             if not link.unlink_sent:
                 self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
@@ -385,13 +410,30 @@ class LinkLifecycle(RecvPath):
         self.refusals.pop(link.peer, None)
         self._retry_count.pop(link.peer, None)
         self.on_link_added(link)
+        self.node.note_link("linked", self.tag, link.peer, "")
         if link.unlink_wanted or self.closed:
             self._start_unlink(link)
+
+    def _cancel_linking(self, link: Link) -> None:
+        """``link``, unlinked (or its socket closed) while linking, waited
+        :data:`CANCEL_LINKING_S` for its handshake to end: a peer node that is up but never
+        answers would hold the close for ever. Cancelled here; no message travels on a link
+        before it is established, so nothing is lost. A peer that answered (its incarnation
+        is known) is told with an UNLINK (goal 0), which closes its side."""
+        if link.peer_inc:
+            link.unlink_sent = True
+            self._emit(link.peer, Message(m.UNLINK, self.tag, link.peer[1], link.my_inc,
+                                          link.peer_inc, goal=0))
+        self._refused(link, CANCELLED, by_peer=False)
 
     def _refused(self, link: Link, code: int, by_peer: bool) -> None:
         self.refusals[link.peer] = code
         wanted = link.unlink_wanted
         self._close(link, Ev.REFUSE)
+        if by_peer or not (wanted or self.closed):  # (not our own cancel at close or unlink)
+            self.node.note_link("link_refused", self.tag, link.peer,
+                                f"{REASONS.get(code, hex(code))} "
+                                f"({'by the peer' if by_peer else 'here'})")
         if by_peer and not is_fatal(code) and link.initiator and not wanted and not self.closed:
             self._schedule_retry(link.peer)
 
@@ -421,6 +463,8 @@ class LinkLifecycle(RecvPath):
         if link.state is State.ESTABLISHED:
             link.advance(Ev.UNLINK_PEER)
             self.on_link_removed(link)
+            if link.pending:  # corked DATA leaves before the UNLINK that names its goal
+                self.flush_link(link)
             if link.initiator and self.options.reconnect and not self.closed:
                 self._relink.add(link.peer)  # the peer went away: link again, as zmq does
         if not link.unlink_sent:
@@ -434,6 +478,7 @@ class LinkLifecycle(RecvPath):
                 and link.processed >= link.peer_goal):
             link.advance(Ev.GOAL_REACHED)
             self._forget(link, graceful=True)
+            self.node.note_link("unlinked", self.tag, link.peer, "unlinked")
 
     def _on_error(self, peer: PeerId, link: Link | None, msg: Message, now: float) -> None:
         """An ERROR from the peer: never answered with an ERROR."""
@@ -445,7 +490,7 @@ class LinkLifecycle(RecvPath):
             else:
                 if link.initiator and self.options.reconnect and not link.unlink_wanted:
                     self._relink.add(peer)
-                self._abort(link)
+                self._abort(link, "the peer socket is gone")
         elif msg.about == m.PING and link.state is not State.ESTABLISHED:
             # A PING sent while established, answered after this side began unlinking (the
             # peer finished first): the unlink ends the link, with its delivery goal.
@@ -453,12 +498,13 @@ class LinkLifecycle(RecvPath):
         elif msg.code in (m.ERR_SOCKET_NOT_LINKED, m.ERR_PROTOCOL) and msg.dst_inc in (
                 0, link.my_inc):
             was_initiator = link.initiator and link.state is not State.UNLINKING
-            self._abort(link)
+            self._abort(link, "the peer does not know the link"
+                        if msg.code == m.ERR_SOCKET_NOT_LINKED else "the peer's protocol error")
             if was_initiator and not self.closed and msg.code == m.ERR_SOCKET_NOT_LINKED:
                 self._schedule_retry(peer)
 
-    def link_lost(self, peer: PeerId, my_inc: int, not_delivered: list[int] | None = None
-                  ) -> None:
+    def link_lost(self, peer: PeerId, my_inc: int, not_delivered: list[int] | None = None,
+                  reason: str = "") -> None:
         """A message of the link ``(peer, my_inc)`` may or may not have been delivered (the
         transport says so when the peer's node crashed): the link cannot keep its promises
         (order, delivery goal) any more, so it ends now, as if the peer had aborted it.
@@ -468,30 +514,34 @@ class LinkLifecycle(RecvPath):
         link = self.links.get(peer)
         if link is not None and link.my_inc == my_inc:
             self.on_link_lost(link, unknown_outcome=True)
-            self._lose(link)
+            self._lose(link, reason or "a message to the peer was lost (its node "
+                             "restarted or was given up)")
 
-    def peer_lost(self, node_id: str) -> None:
-        """The node ``node_id`` stopped answering: every link to it ends now."""
+    def peer_lost(self, node_id: str, reason: str = "peer lost") -> None:
+        """The node ``node_id`` stopped answering (or restarted): every link to it ends now."""
         peers = self._by_node.get(node_id)
         for link in [self.links[p] for p in peers] if peers else []:
             self.on_link_lost(link, unknown_outcome=False)
-            self._lose(link)
+            self._lose(link, reason)
         if self.jar.out:
             self.jar.node_lost(node_id)
 
-    def _lose(self, link: Link) -> None:
+    def _lose(self, link: Link, reason: str) -> None:
         # Messages already delivered stay readable; a link this side initiated is tried
         # again (randomised back-off), so it comes back with the peer.
         retry = (link.initiator and not link.unlink_wanted and not self.closed
                  and link.state is not State.UNLINKING)
-        self._abort(link)
+        self._abort(link, reason)
         if retry:
             self._schedule_retry(link.peer)
 
-    def _abort(self, link: Link) -> None:
-        if link.state is State.ESTABLISHED:
+    def _abort(self, link: Link, reason: str = "aborted") -> None:
+        was = link.state
+        if was is State.ESTABLISHED:
             self.on_link_removed(link)
         self._close(link, Ev.ABORT)
+        if was is State.ESTABLISHED or was is State.UNLINKING:
+            self.node.note_link("unlinked", self.tag, link.peer, reason)
 
     def _close(self, link: Link, ev: Ev) -> None:
         if link.state is not State.CLOSED:

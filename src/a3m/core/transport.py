@@ -31,11 +31,17 @@ class ExonBridge:
     """
 
     def __init__(self, core: NodeCore, proto: Transport,
-                 on_key_refused: Callable[[str, bytes], None] | None = None) -> None:
+                 on_key_refused: Callable[[str, bytes], None] | None = None,
+                 on_peer_event: Callable[[str, str, int, str], None] | None = None) -> None:
         self.core = core
         self.proto = proto
         #: Told of each handshake refused for its key (the runtime logs it).
         self.on_key_refused = on_key_refused
+        #: Told of what happens to a peer node (the runtime's node events):
+        #: ``fn(kind, peer, unknown, reason)``, kind ``peer_unreachable``,
+        #: ``peer_reachable`` or ``peer_restarted``; ``unknown``: messages sent with a cookie
+        #: that it left of unknown outcome.
+        self.on_peer_event = on_peer_event
         core.rtt = proto.srtt
         core.unfragmented = proto.max_unfragmented
         self.outbox: deque[tuple[str, bytes]] = deque()
@@ -65,15 +71,19 @@ class ExonBridge:
                     core.message_lost(ev.destination, ev.payload, now,
                                       type(ev) is NotDelivered)
                 elif type(ev) is PeerUnreachable:
+                    before = core.unknown_outcomes()
                     self.peer_unreachable(ev.peer, now)
                     events.extend(proto.drain_events())  # what abandon() reported
+                    if self.on_peer_event is not None:
+                        self.on_peer_event("peer_unreachable", ev.peer,
+                                           core.unknown_outcomes() - before,
+                                           f"silent for {ev.silent_s:.1f} s")
                 elif type(ev) is PeerReachable:
                     self.peers_reachable += 1
+                    if self.on_peer_event is not None:
+                        self.on_peer_event("peer_reachable", ev.peer, 0, "heard again")
                 elif type(ev) is PeerRestarted:
-                    # Its links are gone there: end ours now (their cookies' outcomes with
-                    # them; links this side initiated link again), not at the next PING.
-                    self.peers_restarted += 1
-                    core.peer_lost(ev.peer, now)
+                    events.extend(self.peer_restarted(ev.peer, now))
                 elif type(ev) is KeyRefused and self.on_key_refused is not None:
                     self.on_key_refused(ev.peer, ev.key)
         finally:
@@ -87,8 +97,34 @@ class ExonBridge:
         resending them to a peer that comes back would only replay them on links it may still
         hold (docs/design.md, "Peer liveness")."""
         self.peers_unreachable += 1
-        self.core.peer_lost(peer, now)
+        self.core.peer_lost(peer, now, "peer unreachable")
         self.proto.abandon(peer, now)
+
+    def peer_restarted(self, peer: str, now: float) -> list[Event]:
+        """A handshake named a new incarnation of ``peer``: its links are gone there, so ours
+        end now (their cookies' outcomes with them; links this side initiated link again),
+        not at the next PING. First, Exon gives up what it still holds for the old
+        incarnation: those messages belong to the links that end, and the new incarnation,
+        which holds no link, would only refuse them ("not linked") while their senders took
+        them for sent; what never wholly left is reported so (NOT_DELIVERED), the rest is of
+        unknown outcome."""
+        self.peers_restarted += 1
+        core = self.core
+        before = core.unknown_outcomes()
+        proto = self.proto
+        proto.abandon(peer, now)
+        rest: list[Event] = []
+        for ev in proto.drain_events():  # abandon's reports, handled before the links end
+            if type(ev) is OutcomeUnknown or type(ev) is NotDelivered:
+                core.message_lost(ev.destination, ev.payload, now, type(ev) is NotDelivered,
+                                  "peer restarted")
+            else:
+                rest.append(ev)
+        core.peer_lost(peer, now, "peer restarted")
+        if self.on_peer_event is not None:
+            self.on_peer_event("peer_restarted", peer, core.unknown_outcomes() - before,
+                               "a new incarnation answered")
+        return rest
 
     def has_output(self) -> bool:
         """Whether :meth:`pump` has something to move."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from random import Random
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,14 @@ from a3m.patterns import BUILTIN, GroupDirectory
 from a3m.runtime.cork import Cork
 from a3m.runtime.driver import Driver
 from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
-from a3m.runtime.identity import node_key, warn_key_refused
+from a3m.runtime.events import (
+    HANDSHAKE_REFUSED,
+    HANDSHAKE_REFUSED_EVERY_S,
+    KEY_REFUSED,
+    EventQueue,
+    NodeEvent,
+)
+from a3m.runtime.identity import node_key
 from a3m.runtime.sockets import (
     POLLIN,
     POLLOUT,
@@ -38,11 +45,13 @@ from a3m.runtime.sockets import (
     Socket,
     SocketId,
     Steps,
+    _check_timeout,
     _deadline,
     run_steps,
 )
 
-__all__ = ["POLLIN", "POLLOUT", "Node", "Poller", "ReceivedMessage", "Socket", "SocketId"]
+__all__ = ["POLLIN", "POLLOUT", "Node", "NodeEvent", "Poller", "ReceivedMessage", "Socket",
+           "SocketId"]
 
 if TYPE_CHECKING:
     from a3m.journal import NodeJournal
@@ -90,7 +99,13 @@ class Node:
 
             self.journal = NodeJournal(journal, self.id)
             self._core.observer = self.journal
-        self._bridge = ExonBridge(self._core, self._proto, warn_key_refused(self.id))
+        #: What happened to links and peers, for :meth:`events` (and the log).
+        self._events = EventQueue(self.id)
+        self._keys_told: set[tuple[str, bytes]] = set()
+        self._shed_seen = 0  # handshakes refused under load, as last told (events)
+        self._shed_look_at = 0.0
+        self._core.link_event = self._link_event
+        self._bridge = ExonBridge(self._core, self._proto, self._key_refused, self._peer_event)
         self._sockets: dict[str, Socket] = {}
         self._listeners: list[Callable[[], None]] = []
         self._closed = False
@@ -175,7 +190,83 @@ class Node:
                     "peers_reachable": self._bridge.peers_reachable,
                     "peers_restarted": self._bridge.peers_restarted,
                     "io_errors": drv.io_errors, "loop_errors": drv.loop_errors,
-                    "event_errors": drv.event_errors, "rx_drops": drops}
+                    "event_errors": drv.event_errors, "rx_drops": drops,
+                    "events": dict(self._events.told),
+                    "events_dropped": self._events.dropped, "tables": self._tables()}
+
+    def _tables(self) -> dict[str, int]:
+        """Under the lock: how much state the node holds (what a long run must keep flat)."""
+        socks = self._core.sockets
+        send, recv = self._proto.record_counts()
+        sec = self._proto.secure
+        return {"sockets": len(socks), "links": sum(len(c.links) for c in socks.values()),
+                "cookies": sum(c.jar.held for c in socks.values()),
+                "send_records": send, "recv_records": recv,
+                "sessions": 0 if sec is None else sec.session_count(),
+                "outbox": len(self._bridge.outbox), "events": len(self._events.items)}
+
+    def events(self, timeout: float | None = None) -> Iterator[NodeEvent]:
+        """What happens to this node's links and peers, as it happens
+        (:class:`~a3m.NodeEvent`: linked, unlinked, link_refused, peer_unreachable,
+        peer_reachable, peer_restarted, key_refused, handshake_refused), oldest first.
+
+        The iterator waits for each next event; it ends when ``timeout`` seconds pass without
+        one (``timeout=0``: it yields what is there and ends), or once the node closed and
+        every event was read. Events are kept from the node's start until read (the last
+        4096: older ones are counted in ``stats["events_dropped"]``); each is also a log
+        line on the ``a3m.events`` logger. Several iterators share the one queue."""
+        _check_timeout(timeout)
+        drv = self._driver
+        queue = self._events
+        while True:
+            with drv.lock:
+                ev = queue.pop()
+                if ev is None:
+                    if self._closed or not drv.running or timeout == 0:
+                        return
+                    deadline = None if timeout is None else time.monotonic() + timeout
+                    drv.wait_until(lambda: bool(queue.items) or self._closed
+                                   or not drv.running, deadline)
+                    ev = queue.pop()
+                    if ev is None:
+                        return
+            yield ev
+
+    def _link_event(self, kind: str, tag: str, peer: tuple[str, str], reason: str) -> None:
+        """The core's word on a link (under the lock, on any thread)."""
+        self._events.add(NodeEvent(kind, SocketId(peer[0], peer[1]), SocketId(self.id, tag),
+                                   0, reason))
+
+    def _peer_event(self, kind: str, peer: str, unknown: int, reason: str) -> None:
+        """The bridge's word on a peer node (under the lock)."""
+        self._events.add(NodeEvent(kind, SocketId(peer, ""), None, unknown, reason))
+
+    def _key_refused(self, peer: str, key: bytes) -> None:
+        """A handshake as ``peer`` refused for its key: told once per peer and key (the
+        refused side keeps trying: its handshakes are refused every time)."""
+        told = self._keys_told
+        if (peer, key) in told or len(told) > 1024:
+            return
+        told.add((peer, key))
+        self._events.add(NodeEvent(
+            KEY_REFUSED, SocketId(peer, ""), None, 0,
+            f"refused a handshake as {peer!r}: key {key.hex()} is not the one pinned for it "
+            f"or first seen with it (a "
+            f"different node, or {peer!r} lost its key file); pin the right key with "
+            "associate(..., public_key=...)"))
+
+    def _look_at_handshakes(self, now: float) -> None:
+        """At most once a second (on a turn): tell of handshakes refused under load since."""
+        self._shed_look_at = now + HANDSHAKE_REFUSED_EVERY_S
+        st = self._proto.stats
+        shed, full = st.unauth_shed, st.sessions_full
+        if shed + full > self._shed_seen:
+            new = shed + full - self._shed_seen
+            self._shed_seen = shed + full
+            self._events.add(NodeEvent(
+                HANDSHAKE_REFUSED, SocketId("", ""), None, 0,
+                f"{new} handshake(s) refused under load ({shed} shed by the handshake "
+                f"budgets, {full} for want of room for sessions, since the start)"))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every message sent so far is acknowledged by the node it went to
@@ -317,6 +408,8 @@ class Node:
         return bool(self._buffering or self._stalled) or self._bridge.ready()
 
     def _on_turn(self, now: float) -> None:
+        if now >= self._shed_look_at and self._proto.secure is not None:
+            self._look_at_handshakes(now)
         if self._core.nodes_watched:
             self._list_nodes(now)
         t = self._core.next_timer()

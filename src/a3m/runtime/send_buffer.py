@@ -84,6 +84,17 @@ class SendBuffer(Generic[_T]):
                 self.items[:0] = items[went:]
         return went > 0
 
+    def give_up_marked(self) -> list[Any]:
+        """Under the node's lock: take out what waits with a mark (a cookie), keeping the
+        order of the rest; the marks given up, in order."""
+        with self._lock:
+            marks = self.marks
+            if marks is None:
+                return []
+            self.items = [x for x, m in zip(self.items, marks, strict=True) if m is None]
+            self.marks = None
+            return [m for m in marks if m is not None]
+
     def clear_marks(self) -> list[Any]:
         """Under the node's lock: the marks of what waits (before :meth:`clear`)."""
         with self._lock:

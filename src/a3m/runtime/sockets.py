@@ -519,6 +519,15 @@ class Socket:
         self._core.node.now = now
         buf = self._sbuf
         moved = buf.drain(self._hand_on)
+        if buf.stalled and buf.marks is not None and not self._core.established_links():
+            # No link left to take them (the peer closed or unlinked while they waited for
+            # the turn): sends with a cookie are not held for a link that may never come;
+            # they never left, and say so (NOT_DELIVERED), as the core's would whose link
+            # ended first. Those without one wait for a link (issue 40).
+            for cookie in buf.give_up_marked():
+                self._core.jar.unsent(cookie)
+                moved = True
+            buf.stalled = bool(buf.items)
         if buf.stalled:
             self.node._stalled.add(self)
         else:
@@ -627,7 +636,9 @@ class Socket:
         def sent() -> bool:  # what was buffered goes before the unlink
             if buf.items and drv.running:
                 self._drain(time.monotonic())
-            return not buf.items or not drv.running
+            # (no link left to take it: given up below, not waited for: close is bounded)
+            return (not buf.items or not drv.running
+                    or (buf.stalled and not self._core.established_links()))
 
         yield sent
         for cookie in buf.clear_marks():  # no link took them in time: not sent

@@ -60,6 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "repeats (state in <spool>/dedup.json)")
     p.add_argument("--idle-timeout", type=float, default=120.0,
                    help="exit after this many seconds without a query (0: never)")
+    p.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
+                   help="serve the node's metrics for Prometheus at "
+                        "http://HOST:PORT/metrics (needs a3m[metrics]; 0: off)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="the address the metrics are served on (default 127.0.0.1)")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -81,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         argv += ["--journal", args.journal]
     if args.dedup:
         argv.append("--dedup")
+    if args.metrics_port:
+        argv += ["--metrics-port", str(args.metrics_port), "--metrics-host", args.metrics_host]
     signal.signal(signal.SIGINT, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     return main(argv)
 
@@ -124,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         _touch(spool.dir / HEARTBEAT)
         print(f"collecting: node {node.id} at {node.address[0]}:{node.address[1]}, socket "
               f"{args.socket!r}, spool {spool.dir}", file=sys.stderr, flush=True)
+        if args.metrics_port:
+            from a3m.metrics import serve
+
+            metrics = serve(node, args.metrics_port, args.metrics_host)
+            print(f"metrics: http://{args.metrics_host}:{metrics.server_port}/metrics",
+                  file=sys.stderr, flush=True)
         keep = _keeper(spool, args.dedup)
         _serve(args, spool, sock, lambda: stopping, keep)
         sock.close(timeout=10)  # unlink: what peers had in flight still arrives

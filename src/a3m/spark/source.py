@@ -29,6 +29,9 @@ Options (keys are case-insensitive):
 - ``maxPending``: rows spooled but not committed before the node stops taking messages
   (back-pressure on producers; default 200000). ``idleTimeout``: seconds without a query
   before the node closes (default 120).
+- ``metricsPort``: each collector serves its node's metrics for Prometheus
+  (:mod:`a3m.metrics`) at ``http://127.0.0.1:<metricsPort + partition>/metrics`` (0, the
+  default: off).
 
 Columns: ``node`` and ``socket`` (the producer's), ``payload`` (binary), ``received_at``
 (timestamp), ``topic`` (binary, SUB only) and ``offset`` (the row's index in its spool
@@ -144,6 +147,7 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.journal = _opt(options, "journal")
         self.max_pending = int(_opt(options, "maxPending", "200000") or 200000)
         self.idle_timeout = float(_opt(options, "idleTimeout", "120") or 120)
+        self.metrics_port = int(_opt(options, "metricsPort", "0") or 0)
 
     def node_ids(self) -> list[str]:
         """The receiving nodes' ids, one per partition (producers link to these)."""
@@ -181,6 +185,8 @@ class A3MStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                     args += ["--journal", self.journal]
                 if self.dedup:
                     args.append("--dedup")
+                if self.metrics_port:  # partition i serves on the port after i
+                    args += ["--metrics-port", str(self.metrics_port + i)]
                 wanted.append((loc, args, cfg))
             collector.ensure_all(wanted)
         return [SpoolView(loc) for loc in self.locations]
