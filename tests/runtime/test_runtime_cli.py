@@ -44,3 +44,21 @@ def test_bench_asyncio_json() -> None:
                   "--json")
     a3m_run = next(r for r in out["runs"] if r["system"] == "a3m.aio")  # type: ignore[union-attr]
     assert a3m_run["round_trips"] == 300 and a3m_run["p50_us"] > 0
+
+
+def test_bench_reqrep_reports_the_work_per_round_trip() -> None:
+    """Each side's CPU time and wake-ups per round trip, and with --count its Python calls,
+    for A3M and for each peer of the same run (counted, not timed: a profiler runs)."""
+    out = run_cli("bench", "reqrep", "--messages", "400", "--count", "--json")
+    assert out["counted"] is True and out["round_trips"] == 400
+    rows = {"a3m": out, **out["baselines"]}  # type: ignore[dict-item]
+    for name, row in rows.items():
+        if "error" in row or "skipped" in row:
+            continue
+        for side in ("client", "server"):
+            w = row["work"][side]  # type: ignore[index]
+            assert w["per"] >= 399 and w["cpu_us"] >= 0 and w["wakeups"] >= 0, (name, w)
+            assert w["py_calls"] >= 0, (name, w)
+    # The A3M sides run Python per round trip (its runtime, its patterns): counted.
+    assert out["work"]["client"]["py_calls"] > 1  # type: ignore[index]
+    assert out["work"]["server"]["py_calls"] > 1  # type: ignore[index]

@@ -67,13 +67,18 @@ def machine() -> dict[str, Any]:
 
 def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _: None,
               baselines: bool = True, placement: str = "free", batch: int = 0,
-              cookies: bool = False) -> dict[str, Any]:
+              cookies: bool = False, count: bool = False) -> dict[str, Any]:
     """Measure one workload and, in the same run and placement, its baselines. ``batch``
     (pushpull): A3M sends and receives that many messages per call (send_many, recv_many);
     the baselines send one at a time as always. ``cookies`` (pushpull, reqrep): every A3M
-    message carries a cookie, and A3M without cookies runs beside it as a baseline."""
+    message carries a cookie, and A3M without cookies runs beside it as a baseline.
+    Latency workloads report each side's work per round trip (:mod:`a3m.benchmarks.work`:
+    CPU time, thread wake-ups; with ``count`` the Python calls too, under a profiler that
+    slows every system's round trips)."""
     wl = WORKLOADS[name]
     params: dict[str, Any] = {"messages": messages, "size": size}
+    if count:
+        params["count"] = True
     if batch:
         params["batch"] = batch
     if cookies:
@@ -86,6 +91,8 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
     if wl.metric == "latency":  # the client (sender role) measured the round trips
         result.update({k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "max_us",
                                           "round_trips")})
+        result["work"] = {"client": tx.get("work"), "server": rx.get("work")}
+        result["counted"] = count
     else:
         result["msgs_per_s"] = round(rx["msgs_per_s"], 1)
         result["received"] = rx["received"]
@@ -105,6 +112,8 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
             progress(f"{name}: baseline {bname}, {n} x {size} B")
             # A3M's own opt-out runs exactly as A3M did (batch included); peers one at a time.
             bparams = dict(params) if bname == INSECURE else {"messages": n, "size": size}
+            if count:
+                bparams["count"] = True
             if bname == NO_COOKIES:
                 bparams = {k: v for k, v in params.items() if k != "cookies"}
             try:
@@ -114,6 +123,7 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
                 continue
             if wl.metric == "latency":
                 base[bname] = {k: t[k] for k in ("p50_us", "p99_us")}
+                base[bname]["work"] = {"client": t.get("work"), "server": r.get("work")}
             else:
                 entry: dict[str, Any] = {"msgs_per_s": round(r["msgs_per_s"], 1)}
                 if "lost" in r:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from a3m.benchmarks.transport import net_options
+from a3m.benchmarks.work import Work
 
 SEQ = struct.Struct(">Q")
 MAX_ROUND_TRIPS = 20_000
@@ -34,21 +35,25 @@ def latency_report(samples: list[float], **extra: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------ A3M
 
 def a3m_server(ready: Any, results: Any, messages: int, size: int, check: bool = False,
-               secure: bool = True, **_: Any) -> None:
+               secure: bool = True, count: bool = False, **_: Any) -> None:
     import a3m
 
     try:
         net = net_options(check, secure)
+        work = Work(count)
         with a3m.Node("bench-rep", **net) as node:
             rep = node.socket(a3m.REP, "rep")
             ready.put(node.address)
             seen: dict[int, int] = {}
-            for _ in range(_n(messages)):
+            for i in range(_n(messages)):
                 q = rep.recv(timeout=600)
                 if check:
                     k = SEQ.unpack_from(q)[0]
                     seen[k] = seen.get(k, 0) + 1
                 rep.send(q, timeout=60)
+                if i == 0:
+                    work.start()  # after the first request (the link's set-up)
+            done = work.report(_n(messages) - 1)
             extra = 0
             if check:  # a duplicate request would show up now
                 try:
@@ -60,19 +65,21 @@ def a3m_server(ready: Any, results: Any, messages: int, size: int, check: bool =
             time.sleep(0.2)
         results.put({"side": "receiver", "served": _n(messages) + extra,
                      "duplicates": sum(c - 1 for c in seen.values() if c > 1) + extra,
-                     "distinct": len(seen)})
+                     "distinct": len(seen), "work": done})
     except Exception as exc:
         results.put({"side": "receiver", "error": repr(exc)})
 
 
 def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool = False,
-               secure: bool = True, cookies: bool = False, **_: Any) -> None:
+               secure: bool = True, cookies: bool = False, count: bool = False,
+               **_: Any) -> None:
     """With ``cookies``, each request carries one (its number); the outcomes are read as
     they come, outside the timed round trips, and all must be DELIVERED."""
     import a3m
 
     try:
         net = net_options(check, secure)
+        work = Work(count)
         with a3m.Node("bench-req", **net) as node:
             node.associate("bench-rep", tuple(address))
             req = node.socket(a3m.REQ, "req")
@@ -81,6 +88,7 @@ def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool
                 raise RuntimeError("could not link")
             pad = b"q" * max(0, size - SEQ.size)
             samples, wrong, delivered = [], 0, 0
+            work.start()
             for i in range(_n(messages)):
                 body = SEQ.pack(i) + pad
                 t0 = time.perf_counter()
@@ -93,20 +101,23 @@ def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool
                 wrong += answer != body
                 if cookies and i & 63 == 63:
                     delivered += sum(c.outcome == a3m.DELIVERED for c in req.cookies(64))
+            done = work.report(_n(messages))
             while cookies and delivered < _n(messages):
                 if req.recv_cookie(timeout=60).outcome != a3m.DELIVERED:
                     raise RuntimeError("a request was not delivered")
                 delivered += 1
             req.close(timeout=10)
         results.put(latency_report(samples, wrong_answers=wrong, sent=len(samples),
-                                   cookies=cookies))
+                                   cookies=cookies, work=done))
     except Exception as exc:
         results.put({"side": "sender", "error": repr(exc)})
 
 
 # ------------------------------------------------------------------ raw UDP
 
-def udp_server(ready: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+def udp_server(ready: Any, results: Any, messages: int, size: int, count: bool = False,
+               **_: Any) -> None:
+    work = Work(count)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     ready.put(s.getsockname())
@@ -117,18 +128,24 @@ def udp_server(ready: Any, results: Any, messages: int, size: int, **_: Any) -> 
             data, addr = s.recvfrom(65536)
             s.sendto(data, addr)
             served += 1
+            if served == 1:
+                work.start()
     except TimeoutError:
         pass
+    done = work.report(served - 1)
     s.close()
-    results.put({"side": "receiver", "served": served})
+    results.put({"side": "receiver", "served": served, "work": done})
 
 
-def udp_client(address: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+def udp_client(address: Any, results: Any, messages: int, size: int, count: bool = False,
+               **_: Any) -> None:
+    work = Work(count)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(1.0)
     addr = tuple(address)
     payload = b"u" * size
     samples = []
+    work.start()
     for _ in range(_n(messages)):
         t0 = time.perf_counter()
         s.sendto(payload, addr)
@@ -137,28 +154,36 @@ def udp_client(address: Any, results: Any, messages: int, size: int, **_: Any) -
         except TimeoutError:
             continue  # a lost datagram: raw UDP has no recovery
         samples.append(time.perf_counter() - t0)
+    done = work.report(_n(messages))
     s.close()
-    results.put(latency_report(samples))
+    results.put(latency_report(samples, work=done))
 
 
 # ------------------------------------------------------------------ pyzmq, pynng
 
-def zmq_server(ready: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+def zmq_server(ready: Any, results: Any, messages: int, size: int, count: bool = False,
+               **_: Any) -> None:
+    work = Work(count)
     import zmq
 
     ctx = zmq.Context()
     s = ctx.socket(zmq.REP)
     port = s.bind_to_random_port("tcp://127.0.0.1")
     ready.put(("127.0.0.1", port))
-    for _ in range(_n(messages)):
+    s.send(s.recv())
+    work.start()
+    for _ in range(_n(messages) - 1):
         s.send(s.recv())
+    done = work.report(_n(messages) - 1)
     time.sleep(0.2)
     s.close(linger=1000)
     ctx.term()
-    results.put({"side": "receiver", "served": _n(messages)})
+    results.put({"side": "receiver", "served": _n(messages), "work": done})
 
 
-def zmq_client(address: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+def zmq_client(address: Any, results: Any, messages: int, size: int, count: bool = False,
+               **_: Any) -> None:
+    work = Work(count)
     import zmq
 
     ctx = zmq.Context()
@@ -166,17 +191,21 @@ def zmq_client(address: Any, results: Any, messages: int, size: int, **_: Any) -
     s.connect(f"tcp://{address[0]}:{address[1]}")
     payload = b"z" * size
     samples = []
+    work.start()
     for _ in range(_n(messages)):
         t0 = time.perf_counter()
         s.send(payload)
         s.recv()
         samples.append(time.perf_counter() - t0)
+    done = work.report(_n(messages))
     s.close(linger=0)
     ctx.term()
-    results.put(latency_report(samples))
+    results.put(latency_report(samples, work=done))
 
 
-def nng_server(ready: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+def nng_server(ready: Any, results: Any, messages: int, size: int, count: bool = False,
+               **_: Any) -> None:
+    work = Work(count)
     import pynng
 
     with socket.socket() as probe:
@@ -184,23 +213,30 @@ def nng_server(ready: Any, results: Any, messages: int, size: int, **_: Any) -> 
         port = probe.getsockname()[1]
     s = pynng.Rep0(listen=f"tcp://127.0.0.1:{port}")
     ready.put(("127.0.0.1", port))
-    for _ in range(_n(messages)):
+    s.send(s.recv())
+    work.start()
+    for _ in range(_n(messages) - 1):
         s.send(s.recv())
+    done = work.report(_n(messages) - 1)
     time.sleep(0.2)
     s.close()
-    results.put({"side": "receiver", "served": _n(messages)})
+    results.put({"side": "receiver", "served": _n(messages), "work": done})
 
 
-def nng_client(address: Any, results: Any, messages: int, size: int, **_: Any) -> None:
+def nng_client(address: Any, results: Any, messages: int, size: int, count: bool = False,
+               **_: Any) -> None:
+    work = Work(count)
     import pynng
 
     s = pynng.Req0(dial=f"tcp://{address[0]}:{address[1]}")
     payload = b"n" * size
     samples = []
+    work.start()
     for _ in range(_n(messages)):
         t0 = time.perf_counter()
         s.send(payload)
         s.recv()
         samples.append(time.perf_counter() - t0)
+    done = work.report(_n(messages))
     s.close()
-    results.put(latency_report(samples))
+    results.put(latency_report(samples, work=done))

@@ -280,7 +280,7 @@ def _workloads() -> dict[str, Workload]:
              path_options(rpc=False))),
         "reqrep": Workload(
             "REQ/REP round trips between two processes: p50 and p99 latency", _reqrep,
-            (size(), messages(), *loopback, cookies, asyncio_options)),
+            (size(), messages(), *loopback, cookies, work_count, asyncio_options)),
         "pubsub": Workload(
             "PUB -> one SUB between two processes", _loopback,
             (size(), messages(), *loopback)),
@@ -406,7 +406,15 @@ def _pushpull(args: argparse.Namespace) -> int:
     return _loopback(args)
 
 
+def work_count(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--count", action="store_true",
+                   help="also count each side's Python calls per round trip (every system; "
+                        "under a profiler: the latencies of such a run are not comparable)")
+
+
 def _reqrep(args: argparse.Namespace) -> int:
+    if args.asyncio and args.count:
+        return _error("--count applies to the threaded run (without --asyncio)")
     return _asyncio(args) if args.asyncio else _loopback(args)
 
 
@@ -427,7 +435,8 @@ def _loopback(args: argparse.Namespace) -> int:
         return _error("--cookies applies to pushpull (without --batch) and reqrep")
     result = run_bench(args.workload, args.size, args.messages, _progress,
                        baselines=not args.no_baselines, placement=args.placement,
-                       batch=batch_n, cookies=with_cookies)
+                       batch=batch_n, cookies=with_cookies,
+                       count=getattr(args, "count", False))
     from a3m.benchmarks.plot import plot_result
 
     text = _save(result, args, args.plot, plot_result)
@@ -839,10 +848,27 @@ def _table(result: dict[str, Any]) -> None:
     table.add_column("system")
     metric = "p50_us" if "p50_us" in result else "msgs_per_s"
     table.add_column(metric, justify="right")
-    table.add_row("a3m", f"{result[metric]:,.0f}")
+    work = "work" in result  # per round trip, client + server (a3m.benchmarks.work)
+    if work:
+        for col in ("CPU us / rt", "wake-ups / rt", "Python calls / rt"):
+            table.add_column(col, justify="right")
+
+    def cells(row: dict[str, Any]) -> list[str]:
+        if not work:
+            return []
+        sides = [w for w in (row.get("work") or {}).values() if w]
+        if not sides:
+            return ["-", "-", "-"]
+        calls = [w["py_calls"] for w in sides if "py_calls" in w]
+        return [f"{sum(w['cpu_us'] for w in sides):,.1f}",
+                f"{sum(w['wakeups'] for w in sides):.2f}",
+                f"{sum(calls):,.1f}" if calls else "-"]
+
+    table.add_row("a3m", f"{result[metric]:,.0f}", *cells(result))
     for name, row in result["baselines"].items():
         value = row.get(metric)
-        table.add_row(name, f"{value:,.0f}" if value is not None else row.get("error", "-"))
+        table.add_row(name, f"{value:,.0f}" if value is not None else row.get("error", "-"),
+                      *cells(row))
     Console(stderr=True).print(table)
 
 
