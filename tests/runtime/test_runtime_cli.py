@@ -44,6 +44,8 @@ def test_bench_asyncio_json() -> None:
                   "--json")
     a3m_run = next(r for r in out["runs"] if r["system"] == "a3m.aio")  # type: ignore[union-attr]
     assert a3m_run["round_trips"] == 300 and a3m_run["p50_us"] > 0
+    work = a3m_run["work"]["process"]  # one process: the work of both sides, per round trip
+    assert work["per"] == 300 and work["cpu_us"] > 0 and work["wakeups"] >= 0
 
 
 def test_bench_reqrep_reports_the_work_per_round_trip() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from a3m.benchmarks.peers import installed
 from a3m.benchmarks.procs import WorkerFailed, _pinned, run_pair
 from a3m.benchmarks.reqrep import MAX_ROUND_TRIPS, latency_report
+from a3m.benchmarks.work import Work
 
 Progress = Callable[[str], None]
 SYSTEMS = ("a3m.aio", "pyzmq.asyncio")
@@ -52,15 +53,18 @@ async def _a3m_req(req: Any, n: int, size: int) -> dict[str, Any]:
     samples = []
     wrong = 0
     clock = time.perf_counter
+    work = Work()
+    work.start()
     for _ in range(n):
         t0 = clock()
         await req.send(payload)
         answer = await req.recv()
         samples.append(clock() - t0)
         wrong += answer != payload
+    done = work.report(n)
     if wrong:
         raise RuntimeError(f"{wrong} wrong answers")
-    return latency_report(samples)
+    return latency_report(samples, work=done)
 
 
 async def _a3m_pull(pull: Any, n: int) -> dict[str, Any]:
@@ -120,9 +124,12 @@ def a3m_server(ready: Any, results: Any, workload: str, messages: int, size: int
             if workload == "reqrep":
                 rep = node.socket(a3m.REP, "rep")
                 ready.put(node.address)
-                await _a3m_rep(rep, n)
+                await rep.send(await rep.recv())  # the first: the link's set-up
+                work = Work()
+                work.start()
+                await _a3m_rep(rep, n - 1)
+                report = {"served": n, "work": work.report(n - 1)}
                 await asyncio.sleep(0.2)
-                report = {"served": n}
             else:
                 pull = node.socket(a3m.PULL, "sink", capacity=4096)
                 ready.put(node.address)
@@ -175,13 +182,15 @@ async def _zmq_req(req: Any, n: int, size: int) -> dict[str, Any]:
     payload = b"z" * size
     samples = []
     clock = time.perf_counter
+    work = Work()
+    work.start()
     for _ in range(n):
         t0 = clock()
         await req.send(payload)
         if await req.recv() != payload:
             raise RuntimeError("wrong answer")
         samples.append(clock() - t0)
-    return latency_report(samples)
+    return latency_report(samples, work=work.report(n))
 
 
 async def _zmq_pull(pull: Any, n: int) -> dict[str, Any]:
@@ -239,9 +248,12 @@ def zmq_server(ready: Any, results: Any, workload: str, messages: int, size: int
         ready.put(("127.0.0.1", port))
         n = _n(workload, messages)
         if workload == "reqrep":
-            await _zmq_rep(s, n)
+            await s.send(await s.recv())  # the first: the connection's set-up
+            work = Work()
+            work.start()
+            await _zmq_rep(s, n - 1)
+            report: dict[str, Any] = {"served": n, "work": work.report(n - 1)}
             await asyncio.sleep(0.2)
-            report: dict[str, Any] = {"served": n}
         else:
             report = await _zmq_pull(s, n)
         s.close(linger=1000)
@@ -325,6 +337,9 @@ def measure(system: str, workload: str, messages: int, size: int, loop: str, pro
                           timeout=300, placement=placement)
     if workload == "reqrep":
         out = {k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "round_trips")}
+        # per round trip; one process: the client's figure is the whole process's
+        out["work"] = ({"process": tx.get("work")} if processes == 1 else
+                       {"client": tx.get("work"), "server": rx.get("work")})
     else:
         out = {"msgs_per_s": round(rx["msgs_per_s"], 1), "received": rx["received"]}
     if "rx_drops" in rx:
