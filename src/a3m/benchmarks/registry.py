@@ -67,7 +67,8 @@ def machine() -> dict[str, Any]:
 
 def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _: None,
               baselines: bool = True, placement: str = "free", batch: int = 0,
-              cookies: bool = False, count: bool = False) -> dict[str, Any]:
+              cookies: bool = False, count: bool = False,
+              busy_poll_s: float | None = None) -> dict[str, Any]:
     """Measure one workload and, in the same run and placement, its baselines. ``batch``
     (pushpull): A3M sends and receives that many messages per call (send_many, recv_many);
     the baselines send one at a time as always. ``cookies`` (pushpull, reqrep): every A3M
@@ -79,6 +80,8 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
     params: dict[str, Any] = {"messages": messages, "size": size}
     if count:
         params["count"] = True
+    if busy_poll_s is not None:  # (reqrep: A3M's nodes)
+        params["busy_poll_s"] = busy_poll_s
     if batch:
         params["batch"] = batch
     if cookies:
@@ -87,7 +90,8 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
     progress(f"{name}: A3M, {messages} x {size} B, placement {placement}")
     rx, tx = run_pair(wl.receiver, wl.sender, params, placement=placement)
     result: dict[str, Any] = {"workload": name, "size": size, "messages": messages,
-                              "placement": placement, "batch": batch, "cookies": cookies}
+                              "placement": placement, "batch": batch, "cookies": cookies,
+                              "busy_poll_s": busy_poll_s}
     if wl.metric == "latency":  # the client (sender role) measured the round trips
         result.update({k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "max_us",
                                           "round_trips")})

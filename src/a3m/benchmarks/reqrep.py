@@ -35,11 +35,12 @@ def latency_report(samples: list[float], **extra: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------ A3M
 
 def a3m_server(ready: Any, results: Any, messages: int, size: int, check: bool = False,
-               secure: bool = True, count: bool = False, **_: Any) -> None:
+               secure: bool = True, count: bool = False, busy_poll_s: float | None = None,
+               **_: Any) -> None:
     import a3m
 
     try:
-        net = net_options(check, secure)
+        net = net_options(check, secure, busy_poll_s)
         work = Work(count)
         with a3m.Node("bench-rep", **net) as node:
             rep = node.socket(a3m.REP, "rep")
@@ -72,13 +73,13 @@ def a3m_server(ready: Any, results: Any, messages: int, size: int, check: bool =
 
 def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool = False,
                secure: bool = True, cookies: bool = False, count: bool = False,
-               **_: Any) -> None:
+               busy_poll_s: float | None = None, **_: Any) -> None:
     """With ``cookies``, each request carries one (its number); the outcomes are read as
     they come, outside the timed round trips, and all must be DELIVERED."""
     import a3m
 
     try:
-        net = net_options(check, secure)
+        net = net_options(check, secure, busy_poll_s)
         work = Work(count)
         with a3m.Node("bench-req", **net) as node:
             node.associate("bench-rep", tuple(address))

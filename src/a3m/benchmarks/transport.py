@@ -61,11 +61,15 @@ def exon_receiver(ready: Any, results: Any, messages: int, size: int,
         results.put({"side": "receiver", "error": repr(exc)})
 
 
-def net_options(check: bool, secure: bool = True) -> dict[str, Any]:
+def net_options(check: bool, secure: bool = True, busy_poll_s: float | None = None
+                ) -> dict[str, Any]:
     """Node options: through the relay (``check``) 1400-byte datagrams; ``secure=False``: the
-    opt-out, measured beside the secure default in the same run."""
+    opt-out, measured beside the secure default in the same run; ``busy_poll_s`` (None: the
+    node's default)."""
     opts: dict[str, Any] = {"loopback_datagram_size": 0} if check else {}
     opts["secure"] = secure
+    if busy_poll_s is not None:
+        opts["busy_poll_s"] = busy_poll_s
     return opts
 
 

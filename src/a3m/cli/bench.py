@@ -410,6 +410,9 @@ def work_count(p: argparse.ArgumentParser) -> None:
     p.add_argument("--count", action="store_true",
                    help="also count each side's Python calls per round trip (every system; "
                         "under a profiler: the latencies of such a run are not comparable)")
+    p.add_argument("--busy-poll-s", type=float, default=None, metavar="S",
+                   help="A3M's nodes' busy_poll_s (default: the node's default; 0: no busy "
+                        "poll)")
 
 
 def _reqrep(args: argparse.Namespace) -> int:
@@ -436,7 +439,8 @@ def _loopback(args: argparse.Namespace) -> int:
     result = run_bench(args.workload, args.size, args.messages, _progress,
                        baselines=not args.no_baselines, placement=args.placement,
                        batch=batch_n, cookies=with_cookies,
-                       count=getattr(args, "count", False))
+                       count=getattr(args, "count", False),
+                       busy_poll_s=getattr(args, "busy_poll_s", None))
     from a3m.benchmarks.plot import plot_result
 
     text = _save(result, args, args.plot, plot_result)
