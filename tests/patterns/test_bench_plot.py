@@ -141,7 +141,7 @@ def test_cli_measure_then_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     def fake_run_bench(name: str, size: int, messages: int, progress: Any,
                        baselines: bool = True, placement: str = "free", batch: int = 0, cookies: bool = False,
-                       count: bool = False
+                       count: bool = False, busy_poll_s: float | None = None
                        ) -> dict[str, Any]:
         calls.append((name, size, messages))
         assert placement == "spread" and batch == 0  # the CLI's defaults
