@@ -146,8 +146,8 @@ impl OutBatch {
 /// `time.monotonic()`: the clock the drivers give the protocol.
 pub(crate) fn monotonic() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_MONOTONIC always exists
-    // on Linux (the call cannot fail with a valid pointer).
+    // CLOCK_MONOTONIC always exists on Linux: the call cannot fail with a valid pointer.
+    // SAFETY: clock_gettime only writes the timespec it is given, which lives across it.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }

@@ -67,8 +67,8 @@ fn wait2(fd: i32, wake: i32, timeout_s: f64, spin_s: f64) -> (bool, bool) {
         let ts = libc::timespec { tv_sec: secs.trunc() as libc::time_t, tv_nsec: (secs.fract() * 1e9) as libc::c_long };
         fds[0].revents = 0;
         fds[1].revents = 0;
-        // SAFETY: `fds` holds `nfds` valid pollfd entries for the call; the timespec lives
-        // across it; no signal mask is changed (null sigmask).
+        // The timespec lives across the call; no signal mask is changed (null sigmask).
+        // SAFETY: `fds` holds `nfds` valid pollfd entries, and `ts` is a valid timespec.
         let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
         if rc <= 0 {
             return (false, false);

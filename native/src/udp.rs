@@ -75,8 +75,8 @@ pub struct Udp {
 fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
     let mut v: libc::c_int = 0;
     let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: a system call on a descriptor the caller keeps open; `v` and `len` are valid
-    // for writes of the sizes given.
+    // A system call on a descriptor the caller keeps open.
+    // SAFETY: `v` and `len` are valid for writes of the sizes given.
     let rc = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut libc::c_int).cast(), &mut len) };
     (rc == 0).then_some(v)
 }
@@ -281,9 +281,9 @@ impl Udp {
             let mut at = 0;
             while at < hdrs.len() {
                 bump(&self.counters.send_calls, 1);
-                // SAFETY: `hdrs[at..]` point into `names` and `iovs`, which outlive the call,
-                // and the iovecs into `data`, borrowed for this function; the kernel only
+                // The iovecs point into `data`, borrowed for this function; the kernel only
                 // reads them (and writes msg_len).
+                // SAFETY: `hdrs[at..]` point into `names` and `iovs`, which outlive the call.
                 let rc = unsafe {
                     libc::sendmmsg(fd, hdrs[at..].as_mut_ptr(), (hdrs.len() - at) as libc::c_uint, 0)
                 };

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import a3m
 import a3m.aio
@@ -28,20 +27,21 @@ def test_a_linking_link_to_a_silent_node_does_not_hold_close() -> None:
         push.link("cb-silent/in")
         assert ep.recv(timeout=30)[0] == "cb-a"  # the LINK arrived (and was acknowledged)
         assert not push.wait_linked(timeout=0.2)
-        t0 = time.monotonic()
         done: list[bool] = []
         closer = threading.Thread(target=lambda: done.append(push.close()))  # no timeout
         closer.start()
-        closer.join(60)
+        closer.join(60 + CANCEL_LINKING_S)  # (a hang's bound, not a figure)
         assert done == [True], "close() with no timeout never returned"
-        assert CANCEL_LINKING_S - 0.5 <= time.monotonic() - t0 < 60
+        assert not push.links  # the cancel ended it, not a link made meanwhile
         kinds = [e.kind for e in a.events(timeout=0)]
         assert "linked" not in kinds and "link_refused" not in kinds  # our own cancel: quiet
-        t0 = time.monotonic()
         other = a.socket(a3m.PUSH, "out2")
         other.link("cb-silent/in")
-        assert a.close() is True  # the node's close too (its sockets' closes first)
-        assert time.monotonic() - t0 < 60
+        closed: list[bool] = []
+        closer = threading.Thread(target=lambda: closed.append(a.close()))  # no timeout
+        closer.start()
+        closer.join(60 + CANCEL_LINKING_S)
+        assert closed == [True], "the node's close never returned"  # its sockets' first
 
 
 def test_a_linking_link_to_a_silent_node_does_not_hold_close_in_asyncio() -> None:
@@ -52,9 +52,9 @@ def test_a_linking_link_to_a_silent_node_does_not_hold_close_in_asyncio() -> Non
                 push = a.socket(a3m.PUSH, "out")
                 push.link("cb-silent/in")
                 await asyncio.to_thread(ep.recv, 30)
-                t0 = time.monotonic()
-                assert await asyncio.wait_for(push.close(), 60) is True
-                assert time.monotonic() - t0 >= CANCEL_LINKING_S - 0.5
+                # (wait_for's bound is a hang's, not a figure)
+                assert await asyncio.wait_for(push.close(), 60 + CANCEL_LINKING_S) is True
+                assert not push.links
                 assert await asyncio.wait_for(a.close(), 60) is True
 
     asyncio.run(main())
