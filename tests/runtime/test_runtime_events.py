@@ -178,16 +178,21 @@ def test_a_refused_key_and_a_refused_link_are_told(driver: str,
         here = [e for e in b_events if e.kind == "link_refused"]
         assert here and here[0].reason == "incompatible socket types (here)"
 
+    def arrange(a: Any, a2: Any, b: Any) -> Any:
+        """a pins a wrong key for b; a2 links a PUSH to b's PUSH (refused): a2's socket."""
+        b.socket(a3m.PULL, "in")
+        b.socket(a3m.PUSH, "out")
+        a.associate("ev-kb", b.address, public_key=wrong)
+        a2.associate("ev-kb", b.address)
+        a.socket(a3m.PUSH, "out").link("ev-kb/in")
+        bad = a2.socket(a3m.PUSH, "out")
+        bad.link("ev-kb/out")
+        return bad
+
     with caplog.at_level(logging.INFO, logger="a3m.events"):
         if driver == "threads":
             with a3m.Node("ev-ka") as a, a3m.Node("ev-ka2") as a2, a3m.Node("ev-kb") as b:
-                b.socket(a3m.PULL, "in")
-                b.socket(a3m.PUSH, "out")
-                a.associate("ev-kb", b.address, public_key=wrong)
-                a2.associate("ev-kb", b.address)
-                a.socket(a3m.PUSH, "out").link("ev-kb/in")
-                bad = a2.socket(a3m.PUSH, "out")
-                bad.link("ev-kb/out")
+                bad = arrange(a, a2, b)
                 assert bad.wait_linked(timeout=30) is False
                 got: list[NodeEvent] = []
                 deadline = time.monotonic() + 60
@@ -200,13 +205,7 @@ def test_a_refused_key_and_a_refused_link_are_told(driver: str,
             async def main() -> None:
                 async with a3m.aio.Node("ev-ka") as a, a3m.aio.Node("ev-ka2") as a2, \
                         a3m.aio.Node("ev-kb") as b:
-                    b.socket(a3m.PULL, "in")
-                    b.socket(a3m.PUSH, "out")
-                    a.associate("ev-kb", b.address, public_key=wrong)
-                    a2.associate("ev-kb", b.address)
-                    a.socket(a3m.PUSH, "out").link("ev-kb/in")
-                    bad = a2.socket(a3m.PUSH, "out")
-                    bad.link("ev-kb/out")
+                    bad = arrange(a, a2, b)
                     assert await bad.wait_linked(timeout=30) is False
                     got: list[NodeEvent] = []
                     async for ev in a.events(timeout=60):

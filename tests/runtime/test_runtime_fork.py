@@ -31,17 +31,23 @@ def _wait_child(pid: int, timeout: float) -> int | None:
     return None
 
 
+def _linked(tx: a3m.Node, rx: a3m.Node) -> tuple[a3m.Socket, a3m.Socket]:
+    """A PUSH on ``tx`` linked to a PULL on ``rx``: (push, pull)."""
+    pull = rx.socket(a3m.PULL, "in")
+    tx.associate(rx.id, rx.address)
+    push = tx.socket(a3m.PUSH, "out")
+    push.link((rx.id, "in"))
+    assert push.wait_linked(timeout=20)
+    return push, pull
+
+
 def _child() -> None:
     """In the forked child: fresh nodes work; then a normal exit (atexit runs)."""
     code = 1
     try:
         with a3m.Node("fork-child-a", bind="127.0.0.1:0") as a, \
                 a3m.Node("fork-child-b", bind="127.0.0.1:0") as b:
-            pull = b.socket(a3m.PULL, "in")
-            a.associate(b.id, b.address)
-            push = a.socket(a3m.PUSH, "out")
-            push.link((b.id, "in"))
-            assert push.wait_linked(timeout=20)
+            push, pull = _linked(a, b)
             push.send(b"from the child", timeout=20)
             assert pull.recv(timeout=20) == b"from the child"
         code = 0
@@ -57,11 +63,7 @@ def _child() -> None:
 def test_a_fork_during_a_stream_hangs_neither_process() -> None:
     with a3m.Node("fork-rx", bind="127.0.0.1:0") as rx, \
             a3m.Node("fork-tx", bind="127.0.0.1:0") as tx:
-        pull = rx.socket(a3m.PULL, "in")
-        tx.associate(rx.id, rx.address)
-        push = tx.socket(a3m.PUSH, "out")
-        push.link((rx.id, "in"))
-        assert push.wait_linked(timeout=20)
+        push, pull = _linked(tx, rx)
         stop = threading.Event()
         got = [0]
 

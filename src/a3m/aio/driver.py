@@ -51,7 +51,7 @@ from a3m.runtime.driver import (
     protocol_step,
     udp_drops,
 )
-from a3m.runtime.offload import fused_reader, offload_for, take_output
+from a3m.runtime.offload import fused_reader, native_read, offload_for, take_output
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.aio")
@@ -467,6 +467,13 @@ class LoopDriver:
         if out:
             self.io_errors += self._io.send(out)
 
+    def _record_wait(self) -> None:
+        """The input a measured wait waited for came: tell the poll choice how long."""
+        self._poll_choice.record(self._wait_polled, time.perf_counter() - self._wait_t0,
+                                 self._wait_preempted)
+        self._wait_t0 = 0.0
+        self._wait_preempted = False
+
     def _turn(self, readable: bool) -> None:
         """Read what waits, run timers, handle events, send: one turn, on the loop.
         ``readable``: the reader callback's turn (a datagram waits); other turns look
@@ -482,38 +489,16 @@ class LoopDriver:
                 buf = self._buf
                 recv = self._sock.recvfrom
                 io = self._io
-                batch: list[tuple[bytes, Any]]  # handed over whole: live sessions first
                 native_recv = getattr(io, "recv", None)
                 fused = fused_reader(proto, io)
-                got = 0
-                if fused is not None:  # the native engine reads from the native sockets
-                    batch = []
+                # the native data plane's read (none: the Python twin's loop below)
+                batch, got, fused_now, errors = native_read(fused, native_recv, io,
+                                                            DRAIN_BURST)
+                self.io_errors += errors
+                if fused is not None:
                     native_recv = None
-                    try:
-                        got, now = fused(io, DRAIN_BURST)
-                    except OSError:
-                        self.io_errors += 1
-                        now = time.monotonic()
-                    if got and self._wait_t0:
-                        self._poll_choice.record(self._wait_polled,
-                                                 time.perf_counter() - self._wait_t0,
-                                                 self._wait_preempted)
-                        self._wait_t0 = 0.0
-                        self._wait_preempted = False
-                elif native_recv is not None:
-                    try:
-                        batch = native_recv(DRAIN_BURST)  # one call: recvmmsg (none: empty)
-                    except OSError:
-                        self.io_errors += 1  # e.g. ICMP port unreachable surfacing
-                        batch = []
-                    if batch and self._wait_t0:  # the input a measured wait waited for
-                        self._poll_choice.record(self._wait_polled,
-                                                 time.perf_counter() - self._wait_t0,
-                                                 self._wait_preempted)
-                        self._wait_t0 = 0.0
-                        self._wait_preempted = False
-                else:
-                    batch = []
+                if (got or batch) and self._wait_t0:  # the input a measured wait waited for
+                    self._record_wait()
                 coalesced = io.reader(buf) if io.gro and native_recv is None \
                     and fused is None else None
                 take = batch.append
@@ -533,15 +518,11 @@ class LoopDriver:
                         self.io_errors += 1  # e.g. ICMP port unreachable surfacing
                         break
                     if i == 0 and self._wait_t0:  # the input a measured wait waited for
-                        self._poll_choice.record(self._wait_polled,
-                                                 time.perf_counter() - self._wait_t0,
-                                                 self._wait_preempted)
-                        self._wait_t0 = 0.0
-                        self._wait_preempted = False
+                        self._record_wait()
                     if len(batch) >= DRAIN_BURST:
                         break
-                if fused is None:
-                    now = time.monotonic()  # after the reads (the threaded driver says why)
+                # after the reads (the threaded driver says why)
+                now = time.monotonic() if fused_now is None else fused_now
                 errors, changed = protocol_step(proto, batch, self._events, self._on_events,
                                                 self._on_turn, now)
                 self.event_errors += errors

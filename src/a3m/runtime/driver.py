@@ -43,7 +43,7 @@ from typing import Any
 from a3m.errors import Closed
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
-from a3m.runtime.offload import fused_reader, native_loop, offload_for
+from a3m.runtime.offload import fused_reader, native_loop, native_read, offload_for
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.runtime")
@@ -809,29 +809,15 @@ class Driver:
             readable = self._readable
             recv = sock.recvfrom
             io = self._io
-            batch: list[tuple[bytes, Any]]  # handed over whole: live sessions go first
             fused = self._fused
-            got = 0
-            # The native data plane's batch read (None: the Python twin's loop of reads).
             native_recv: Callable[[int], list[tuple[bytes, Any]]] | None = self._native_recv
+            # The native data plane's read (none: the Python twin's loop below); the batch is
+            # handed over whole (live sessions go first); a fused read goes into the engine
+            # and reads the time after its reads (see below)
+            batch, got, fused_now, errors = native_read(fused, native_recv, io, DRAIN_BURST)
+            self.io_errors += errors
             if fused is not None:
-                # the native engine reads from the native socket layer itself (and reads
-                # the time after its reads: see below)
-                batch = []
                 native_recv = None
-                try:
-                    got, now = fused(io, DRAIN_BURST)
-                except OSError:
-                    self.io_errors += 1
-                    now = time.monotonic()
-            elif native_recv is not None:
-                try:
-                    batch = native_recv(DRAIN_BURST)  # one call: recvmmsg, GRO runs cut
-                except OSError:
-                    self.io_errors += 1  # (an ICMP error surfacing, or a swapped socket)
-                    batch = []
-            else:
-                batch = []
             coalesced = io.reader(buf) if io.gro and native_recv is None and fused is None \
                 else None
             take = batch.append
@@ -860,8 +846,7 @@ class Driver:
             # milliseconds older than the ACKs read; RTT samples then came out shorter than
             # the path's (2.6 ms on a 10 ms path, measured), and the congestion window, sized
             # from the least RTT, shrank round after round. A later time only lengthens one.
-            if fused is None:
-                now = time.monotonic()
+            now = time.monotonic() if fused_now is None else fused_now
             if (batch or got) and self._lingering:
                 self.linger_heard = now  # a peer still speaks: the exit waits (wait_lingering)
             errors, changed = protocol_step(proto, batch, self._events, self._on_events,

@@ -148,6 +148,27 @@ def fused_reader(proto: Any, io: Any) -> Any:
     return None
 
 
+def native_read(fused: Any, native_recv: Any, io: Any, burst: int
+                ) -> tuple[list[tuple[bytes, Any]], int, float | None, int]:
+    """A turn's read on the native data plane, the same in both drivers: through ``fused``
+    (:func:`fused_reader`: into the engine) or ``native_recv`` (``io.recv``: one recvmmsg),
+    up to ``burst`` datagrams. Returns (the datagrams for ``receive_datagrams``, how many the
+    fused read took, the time after its reads or None, read errors): an OSError is counted
+    (an ICMP error surfacing, a socket swapped by rebind), never raised."""
+    if fused is not None:
+        try:
+            got, now = fused(io, burst)
+            return [], got, now, 0
+        except OSError:
+            return [], 0, None, 1
+    if native_recv is not None:
+        try:
+            return native_recv(burst), 0, None, 0
+        except OSError:
+            return [], 0, None, 1
+    return [], 0, None, 0
+
+
 def native_loop(proto: Any, io: Any) -> Any:
     """The native engine's GIL-free I/O loop (``run_io``) where both it and the socket
     layer are native and ``A3M_NATIVE_LOOP`` is not 0, else None (the driver selects)."""
