@@ -756,8 +756,12 @@ def run_fanin(peer_counts: tuple[int, ...], messages: int | None = None, size: i
     return result
 
 
-def plot(result: dict[str, Any], path: str) -> str:
-    """Each figure against the number of peers, A3M beside pyzmq."""
+def sweep_plot(result: dict[str, Any], path: str, x: str, x_label: str,
+               figures: tuple[tuple[str, str], ...], note: str, from_zero: bool = False
+               ) -> str:
+    """Each of ``figures`` (key, title) against ``x`` (the runs' key: peers, SUBs), one line
+    per system (A3M beside pyzmq), and in the last panel ``note`` (its ``{machine}``: the
+    machine's line) and the data planes. ``from_zero``: every y axis starts at 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -767,27 +771,35 @@ def plot(result: dict[str, Any], path: str) -> str:
     axes = fig.subplots(2, 3).flatten()
     styles = {"a3m": "o-", "a3m-python": "^-.", "pyzmq": "s--"}
     systems = list(dict.fromkeys(r["system"] for r in result["runs"]))
-    for ax, (key, label) in zip(axes, FIGURES, strict=False):
+    for ax, (key, label) in zip(axes, figures, strict=False):
         for system in systems:
-            style = styles.get(system, "x:")
             rows = [r for r in result["runs"] if r["system"] == system
                     and isinstance(r.get(key), (int, float))]
             if rows:
-                ax.plot([r["peers"] for r in rows], [r[key] for r in rows], style,
-                        label=system)
+                ax.plot([r[x] for r in rows], [r[key] for r in rows],
+                        styles.get(system, "x:"), label=system)
         ax.set_xscale("log")
-        ax.set_xlabel("peers")
+        if from_zero:
+            ax.set_ylim(bottom=0)
+        ax.set_xlabel(x_label)
         ax.set_title(label, fontsize="medium")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     ax = axes[-1]
     ax.axis("off")
     m = result.get("machine", {})
-    ax.text(0, 0.5, f"fan-in of {result['size']} B messages\n"
-                    f"{m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}, "
-                    f"compiled={m.get('compiled')}\nplacement {result.get('placement')}, "
-                    f"{result.get('sources', 1)} source address(es)\n"
-                    + planes_text(result["runs"]), fontsize="small")
+    machine_line = (f"{m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}, "
+                    f"compiled={m.get('compiled')}")
+    text = note.replace("{machine}", machine_line) + "\n" + planes_text(result["runs"])
+    ax.text(0, 0.5, text, fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return path
+
+
+def plot(result: dict[str, Any], path: str) -> str:
+    """Each figure against the number of peers, A3M beside pyzmq."""
+    return sweep_plot(result, path, "peers", "peers", FIGURES,
+                      f"fan-in of {result['size']} B messages\n{{machine}}\n"
+                      f"placement {result.get('placement')}, "
+                      f"{result.get('sources', 1)} source address(es)")

@@ -55,7 +55,7 @@ from a3m.benchmarks.fanin import (
     data_plane,
     one_path,
     plane,
-    planes_text,
+    sweep_plot,
 )
 from a3m.benchmarks.procs import WorkerFailed, cpus_for
 from a3m.benchmarks.registry import Progress, machine
@@ -515,36 +515,7 @@ def run_fanout(sub_counts: tuple[int, ...], messages: int = 1000, size: int = 64
 
 def plot(result: dict[str, Any], path: str) -> str:
     """Each figure against the number of SUBs, A3M beside pyzmq."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 6.5))
-    axes = fig.subplots(2, 3).flatten()
-    styles = {"a3m": "o-", "a3m-python": "^-.", "pyzmq": "s--"}
-    systems = list(dict.fromkeys(r["system"] for r in result["runs"]))
-    for ax, (key, label) in zip(axes, FIGURES, strict=False):
-        for system in systems:
-            rows = [r for r in result["runs"] if r["system"] == system
-                    and isinstance(r.get(key), (int, float))]
-            if rows:
-                ax.plot([r["subs"] for r in rows], [r[key] for r in rows],
-                        styles.get(system, "x:"), label=system)
-        ax.set_xscale("log")
-        ax.set_ylim(bottom=0)
-        ax.set_xlabel("SUBs")
-        ax.set_title(label, fontsize="medium")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
-    ax = axes[-1]
-    ax.axis("off")
-    m = result.get("machine", {})
-    ax.text(0, 0.5, f"fan-out of {result['messages']} messages of {result['size']} B\n"
-                    f"{result['per_process']} SUBs per process, placement "
-                    f"{result.get('placement')}\n{m.get('cpus', '?')} CPUs, Python "
-                    f"{m.get('python', '?')}, compiled={m.get('compiled')}\n"
-                    + planes_text(result["runs"]), fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return path
+    return sweep_plot(result, path, "subs", "SUBs", FIGURES,
+                      f"fan-out of {result['messages']} messages of {result['size']} B\n"
+                      f"{result['per_process']} SUBs per process, placement "
+                      f"{result.get('placement')}\n{{machine}}", from_zero=True)
