@@ -840,12 +840,29 @@ impl ExonCore {
         let fd = io.fd(py)?;
         // (a panic is counted and raised as NativePanic: the driver logs it, never a silent
         // stall of the I/O thread)
-        let r = crate::python::guard("run_io", || Ok(py.detach(|| self.io_loop(io, fd, wake_fd, until, spin_s))))?;
+        let r = crate::python::guard("run_io", || Ok(py.detach(|| self.io_loop(io, fd, wake_fd, until, spin_s, false))))?;
         let taken = locked(&self.err).take();
         if let Some(e) = taken {
             return Err(e);
         }
-        Ok(r)
+        Ok((r.why, r.reads, r.now))
+    }
+
+    /// A leading application thread's wait, in one call (`run_io`'s loop for the thread
+    /// that leads: it reads whatever the leader flag says and publishes no deadline): until
+    /// `until` (the Python timers' deadline: Exon's are handled here), polling first for
+    /// `spin_s` (until a yield loses the CPU). Returns (why, as `run_io`'s; datagrams read;
+    /// the time; seconds until the socket was first readable, negative: never; whether the
+    /// poll lost the CPU to another task).
+    #[pyo3(signature = (io, wake_fd, until, spin_s = 0.0))]
+    fn lead_io(&self, py: Python<'_>, io: &UdpIo, wake_fd: i32, until: f64, spin_s: f64) -> PyResult<(u8, usize, f64, f64, bool)> {
+        let fd = io.fd(py)?;
+        let r = crate::python::guard("lead_io", || Ok(py.detach(|| self.io_loop(io, fd, wake_fd, until, spin_s, true))))?;
+        let taken = locked(&self.err).take();
+        if let Some(e) = taken {
+            return Err(e);
+        }
+        Ok((r.why, r.reads, r.now, r.input_after, r.preempted))
     }
 
     /// When the native loop sleeps until (monotonic seconds; 0.0 while it is awake or not

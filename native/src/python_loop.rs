@@ -54,15 +54,27 @@ fn read_fd(io: &UdpIo, fd: i32, max: usize) -> io::Result<Read> {
     })
 }
 
-/// Wait up to `timeout_s` for `fd` or `wake` to be readable (polling first for `spin_s`):
-/// (socket readable, wake-up readable).
-fn wait2(fd: i32, wake: i32, timeout_s: f64, spin_s: f64) -> (bool, bool) {
+/// A spin's `yield` that came back this much later gave the CPU to another task for a
+/// scheduler slice (the Python twin's `PREEMPTED_S`): the spin stops and says so.
+const PREEMPTED_S: f64 = 0.001;
+
+/// What one wait saw: the socket readable, the wake-up readable, the spin lost the CPU.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    sock: bool,
+    woke: bool,
+    preempted: bool,
+}
+
+/// Wait up to `timeout_s` for `fd` or `wake` to be readable (polling first for `spin_s`,
+/// until a yield loses the CPU to another task).
+fn wait2(fd: i32, wake: i32, timeout_s: f64, spin_s: f64) -> Seen {
     let mut fds = [
         libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 },
     ];
     let nfds: libc::nfds_t = if wake >= 0 { 2 } else { 1 };
-    let look = |fds: &mut [libc::pollfd; 2], t: f64| -> (bool, bool) {
+    let look = |fds: &mut [libc::pollfd; 2], t: f64| -> Seen {
         let secs = t.max(0.0);
         let ts = libc::timespec { tv_sec: secs.trunc() as libc::time_t, tv_nsec: (secs.fract() * 1e9) as libc::c_long };
         fds[0].revents = 0;
@@ -71,47 +83,80 @@ fn wait2(fd: i32, wake: i32, timeout_s: f64, spin_s: f64) -> (bool, bool) {
         // SAFETY: `fds` holds `nfds` valid pollfd entries, and `ts` is a valid timespec.
         let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
         if rc <= 0 {
-            return (false, false);
+            return Seen::default();
         }
-        (fds[0].revents != 0, nfds == 2 && fds[1].revents != 0)
+        Seen { sock: fds[0].revents != 0, woke: nfds == 2 && fds[1].revents != 0, preempted: false }
     };
+    let mut preempted = false;
+    let mut left = timeout_s;
     if spin_s > 0.0 {
-        let end = monotonic() + spin_s.min(timeout_s);
+        let start = monotonic();
+        let end = start + spin_s.min(timeout_s);
         loop {
             let r = look(&mut fds, 0.0);
-            if r.0 || r.1 {
+            if r.sock || r.woke {
                 return r;
             }
-            if monotonic() >= end {
+            let t = monotonic();
+            if t >= end {
                 break;
             }
             std::thread::yield_now();
+            if monotonic() - t > PREEMPTED_S {
+                preempted = true; // another task wants this CPU: sleep instead
+                break;
+            }
         }
+        left = timeout_s - (monotonic() - start);
     }
-    look(&mut fds, timeout_s)
+    let mut r = look(&mut fds, left.max(0.0));
+    r.preempted = preempted;
+    r
+}
+
+/// How a loop ended: why (`TIMEOUT`, `WOKEN`, `PYTHON`, `LEADER`), the datagrams it read,
+/// the time, when the socket first became readable (seconds after the start; negative:
+/// never) and whether its spin lost the CPU.
+pub(crate) struct LoopEnd {
+    pub why: u8,
+    pub reads: usize,
+    pub now: f64,
+    pub input_after: f64,
+    pub preempted: bool,
 }
 
 impl ExonCore {
-    /// The GIL-free loop (see the module's docstring): returns (why, datagrams read, now).
-    pub(crate) fn io_loop(&self, io: &UdpIo, fd: i32, wake: i32, until: f64, spin_s: f64) -> (u8, usize, f64) {
+    /// The GIL-free loop (see the module's docstring). `lead`: an application thread's wait
+    /// (`lead_io`): it reads whatever the leader flag says and publishes no deadline (the
+    /// driver compares a new timer with the leader's own `until`); otherwise the I/O thread's
+    /// (`run_io`), which leaves the socket to a leader and publishes `loop_until`.
+    pub(crate) fn io_loop(&self, io: &UdpIo, fd: i32, wake: i32, until: f64, spin_s: f64, lead: bool) -> LoopEnd {
+        let start = monotonic();
+        let mut end = LoopEnd { why: TIMEOUT, reads: 0, now: start, input_after: -1.0, preempted: false };
         let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.unanswered_rehandshake));
         let Some((tbl, limit)) = fast else {
             // No native sessions (the secure layer's Python twins, or a node in clear): only
             // the wait is done here, until the engine's next timer at the latest.
-            let now = monotonic();
             let deadline = match locked(&self.eng).exon_timer() {
                 Some(t) if t < until => t,
                 _ => until,
             };
-            let (sock, woke) = self.wait_published(fd, wake, deadline, now, spin_s);
-            return (if woke { WOKEN } else if sock { PYTHON } else { TIMEOUT }, 0, monotonic());
+            let seen = self.wait_published(fd, wake, deadline, start, spin_s, !lead);
+            end.now = monotonic();
+            end.preempted = seen.preempted;
+            if seen.sock {
+                end.input_after = end.now - start;
+            }
+            end.why = if seen.woke { WOKEN } else if seen.sock { PYTHON } else { TIMEOUT };
+            return end;
         };
-        let mut read_total = 0usize;
         let mut spin = spin_s;
         loop {
             let now = monotonic();
+            end.now = now;
             if now >= until {
-                return (TIMEOUT, read_total, now);
+                end.why = TIMEOUT;
+                return end;
             }
             let t_exon = locked(&self.eng).exon_timer();
             if let Some(t) = t_exon {
@@ -122,7 +167,9 @@ impl ExonCore {
                         e.handle_exon_timers(now);
                     }
                     if self.send_native(io, fd, now, &tbl, limit) || self.python_due() {
-                        return (PYTHON, read_total, monotonic());
+                        end.why = PYTHON;
+                        end.now = monotonic();
+                        return end;
                     }
                     continue;
                 }
@@ -131,27 +178,41 @@ impl ExonCore {
                 Some(t) if t < until => t,
                 _ => until,
             };
-            if self.timer_moved(deadline) {
+            if self.timer_moved(deadline, !lead) {
                 continue; // another thread set an earlier timer meanwhile
             }
-            let (sock, woke) = self.wait_published(fd, wake, deadline, now, spin);
-            spin = 0.0;
-            if woke {
-                return (WOKEN, read_total, monotonic());
+            let seen = self.wait_published(fd, wake, deadline, now, spin, !lead);
+            if spin > 0.0 {
+                end.preempted = seen.preempted;
             }
-            if !sock {
+            spin = 0.0;
+            if seen.sock && end.input_after < 0.0 {
+                end.input_after = monotonic() - start;
+            }
+            if seen.woke {
+                end.why = WOKEN;
+                end.now = monotonic();
+                return end;
+            }
+            if !seen.sock {
                 continue;
             }
-            if self.leader.load(Ordering::SeqCst) {
-                return (LEADER, read_total, monotonic()); // (the leader reads it)
+            if !lead && self.leader.load(Ordering::SeqCst) {
+                end.why = LEADER; // (the leader reads it)
+                end.now = monotonic();
+                return end;
             }
             let mut read = match read_fd(io, fd, 512) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => return (PYTHON, read_total, monotonic()), // (the Python turn counts it)
+                Err(_) => {
+                    end.why = PYTHON; // (the Python turn counts it)
+                    end.now = monotonic();
+                    return end;
+                }
             };
             let now = monotonic();
-            read_total += read.items.len();
+            end.reads += read.items.len();
             let n = read.items.len();
             let mut left: Option<usize> = None;
             for i in 0..n {
@@ -168,32 +229,43 @@ impl ExonCore {
                 }
                 drop(pending);
                 self.send_native(io, fd, now, &tbl, limit);
-                return (PYTHON, read_total, monotonic());
+                end.why = PYTHON;
+                end.now = monotonic();
+                return end;
             }
             if self.send_native(io, fd, now, &tbl, limit) || self.python_due() {
-                return (PYTHON, read_total, monotonic());
+                end.why = PYTHON;
+                end.now = monotonic();
+                return end;
             }
         }
     }
 
     /// Publish `deadline` (`loop_until`: what a thread that sets a timer compares with,
-    /// after setting it, to know whether to wake the loop); true when the engine's timer came
-    /// before it meanwhile (look again before sleeping).
-    fn timer_moved(&self, deadline: f64) -> bool {
-        self.loop_until.store(deadline.to_bits(), Ordering::SeqCst);
+    /// after setting it, to know whether to wake the loop; not for a leader's loop); true
+    /// when the engine's timer came before it meanwhile (look again before sleeping).
+    fn timer_moved(&self, deadline: f64, publish: bool) -> bool {
+        if publish {
+            self.loop_until.store(deadline.to_bits(), Ordering::SeqCst);
+        }
         let moved = matches!(locked(&self.eng).exon_timer(), Some(t) if t < deadline);
-        if moved {
+        if moved && publish {
             self.loop_until.store(0f64.to_bits(), Ordering::SeqCst);
         }
         moved
     }
 
     /// Wait for the socket, the wake-up or `deadline`, with `loop_until` published for the
-    /// wait (0 again after it: awake, timers are looked at before the next one).
-    fn wait_published(&self, fd: i32, wake: i32, deadline: f64, now: f64, spin: f64) -> (bool, bool) {
-        self.loop_until.store(deadline.to_bits(), Ordering::SeqCst);
+    /// wait when `publish` (0 again after it: awake, timers are looked at before the next
+    /// one).
+    fn wait_published(&self, fd: i32, wake: i32, deadline: f64, now: f64, spin: f64, publish: bool) -> Seen {
+        if publish {
+            self.loop_until.store(deadline.to_bits(), Ordering::SeqCst);
+        }
         let r = wait2(fd, wake, deadline - now, spin);
-        self.loop_until.store(0f64.to_bits(), Ordering::SeqCst);
+        if publish {
+            self.loop_until.store(0f64.to_bits(), Ordering::SeqCst);
+        }
         r
     }
 

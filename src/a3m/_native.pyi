@@ -176,6 +176,13 @@ class ExonCore:
         reads, opens, frames, timers, seals and sends natively. Returns (why: 0 ``until``
         came, 1 woken, 2 Python has work, 3 input for a leading application thread;
         datagrams read; the time)."""
+    def lead_io(self, io: UdpIo, wake_fd: int, until: float, spin_s: float = 0.0
+                ) -> tuple[int, int, float, float, bool]:
+        """A leading application thread's wait in one call: ``run_io``'s loop, reading
+        whatever the leader flag says and publishing no deadline, until ``until`` (Exon's
+        timers are handled inside), polling first for ``spin_s`` (until a yield loses the
+        CPU). Returns (why, as ``run_io``'s; datagrams read; the time; seconds until the
+        socket was first readable, negative: never; whether the poll lost the CPU)."""
     def set_leader(self, leading: bool) -> None:
         """An application thread leads (it reads): ``run_io`` leaves the socket to it."""
     def loop_until(self) -> float:

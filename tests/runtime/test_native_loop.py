@@ -73,6 +73,7 @@ def test_the_switch_turns_the_loop_off(monkeypatch: pytest.MonkeyPatch) -> None:
         tx, rx, got = _stream("noloop", 50, 3000)
         assert len(got) == 50
         assert tx._driver._native_loop is None and rx._driver.loop_reads == 0
+        assert tx._driver._lead_io is None and tx._driver.lead_reads == 0
     finally:
         for node in (tx, rx):
             if node is not None:
@@ -104,6 +105,42 @@ def test_a_timer_set_by_an_application_thread_wakes_the_loop() -> None:
         server.join(10)
         assert not server.is_alive()
         assert b.stats["exon"]["delivered"] >= 5
+
+
+def test_a_waiting_thread_leads_in_one_native_call() -> None:
+    """A thread waiting for its reply leads through ``lead_io``: the wait, the reads, the
+    opens and Exon's frames in one native call, its Python turn only taking the events.
+    Round trips stay exact; the replies were read by those native waits (counted), and a
+    leader's wait that read nothing (woken, timed out) still reads in its turn."""
+    with a3m.Node("lead-rep", bind="127.0.0.1:0") as b, \
+            a3m.Node("lead-req", bind="127.0.0.1:0") as a:
+        if not _engine_native(a):
+            pytest.skip("the Python engine was chosen (A3M_ENGINE)")
+        assert a._driver._lead_io is not None
+        rep = b.socket(a3m.REP, "svc")
+        a.associate(b.id, b.address)
+        req = a.socket(a3m.REQ, "c")
+        req.link((b.id, "svc"))
+        assert req.wait_linked(timeout=10)
+        n = 300
+
+        def serve() -> None:
+            for _ in range(n):
+                rep.send(rep.recv(timeout=20))
+
+        server = threading.Thread(target=serve)
+        server.start()
+        leads = a._driver.leader_turns
+        for i in range(n):
+            req.send(b"q %d" % i, timeout=10)
+            assert req.recv(timeout=10) == b"q %d" % i
+        server.join(10)
+        assert not server.is_alive()
+        # Each reply was waited for by the requesting thread (a leader turn per wait), and
+        # the native waits read the datagrams those turns handled.
+        assert a._driver.leader_turns - leads >= n // 2
+        assert a._driver.lead_reads >= n // 2
+        assert a._driver.loop_errors == b._driver.loop_errors == 0
 
 
 def test_an_error_in_the_loop_is_counted_and_the_thread_goes_on(

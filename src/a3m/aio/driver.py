@@ -149,6 +149,11 @@ class LoopDriver:
     def running(self) -> bool:
         return self._running
 
+    #: The threaded driver's flag, read inline by the sockets (``not drv._running or
+    #: drv._lingering`` is ``not drv.running`` without a call): never set here, the linger
+    #: is handed to a threaded driver (see close_protocol).
+    _lingering = False
+
     @property
     def lingering(self) -> bool:
         return False  # handed to a threaded driver (see close_protocol)

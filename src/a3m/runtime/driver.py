@@ -303,6 +303,7 @@ class Driver:
         self.event_errors = 0
         self.leader_turns = 0  # turns run by waiting application threads (diagnostics)
         self.loop_reads = 0  # datagrams the native loop read (diagnostics)
+        self.lead_reads = 0  # datagrams leaders' native waits read (lead_io; diagnostics)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -375,19 +376,47 @@ class Driver:
         self._lead_until = now + wait_s
         self.leader_turns += 1
         sock = self._sock
+        lead_io = self._lead_io
+        read = True
         self.lock.release()
         try:
             try:
                 if wait_s > 0:
                     try:
-                        self._wait_for_input(sock, wait_s, window)
+                        if lead_io is None:
+                            self._wait_for_input(sock, wait_s, window)
+                        else:
+                            # One native call: the wait (a brief poll first, as chosen
+                            # below), the reads, opens, Exon's frames and timers and their
+                            # output, until Python has work; the turn then reads only what
+                            # the loop left (the wait's own reads: none without sessions).
+                            budget = self._busy_poll_s
+                            poll = False
+                            if not budget:
+                                spin = 0.0
+                            elif window:
+                                spin = WINDOW_POLL_S if wait_s > WINDOW_POLL_S else wait_s
+                            else:
+                                poll = self._poll_choice.poll_next()
+                                spin = (budget if budget < wait_s else wait_s) if poll else 0.0
+                            _, reads, _, after, preempted = lead_io(
+                                self._io, self._wake_r, now + wait_s, spin)
+                            read = reads == 0
+                            self.lead_reads += reads
+                            if after >= 0 and budget and not window:
+                                self._poll_choice.record(poll, after, preempted)
+                                if poll and after <= spin:
+                                    self.poll_hits += 1
                     except (OSError, ValueError):
                         pass  # the socket was swapped by rebind or closed by stop
+                    except Exception:  # (a3m._native.NativePanic): never a silent stall
+                        self.loop_errors += 1
+                        log.exception("a3m native wait error (counted, loop continues)")
             finally:
                 self.lock.acquire()  # once: the turn runs under it (see _turn)
             if self._running:
                 try:
-                    self._turn(self._buf, self._view, leader=True)
+                    self._turn(self._buf, self._view, leader=True, read=read)
                 except Exception:  # an application call must not fail for the loop's errors
                     self.loop_errors += 1
                     log.exception("a3m I/O loop error (counted, loop continues)")
@@ -523,10 +552,13 @@ class Driver:
         if not self._sleeping:
             return  # a turn is under way: it sends, and sleeps until the next deadline
         if proto.has_output():
-            self._send_now()
+            with self._send_order:  # (self._send_now(), inline: a call fewer a message)
+                out = self._output(time.monotonic())
+                if out:
+                    self.io_errors += self._io.send(out)
         # self.wake_by(self._deadline()), inline; the layer above's deadline is asked only
-        # when Exon's is not earlier than the sleeper's already.
-        until = self._sleep_until()
+        # when Exon's is not earlier than the sleeper's already. (self._sleep_until(), inline)
+        until = float(proto.loop_until()) if self._in_native else self._io_until  # type: ignore[attr-defined]
         if self._leader is not None and self._lead_until < until:
             until = self._lead_until
         t = proto.next_timer()
@@ -571,11 +603,15 @@ class Driver:
         """Choose, once per protocol and socket layer, how a turn reads and takes output."""
         #: The native engine's GIL-free loop over the native socket (None: ``select``).
         self._native_loop = native_loop(self.proto, self._io)
+        #: A turn's reads and output (see ``fused_reader``, ``take_output``).
+        self._fused = fused_reader(self.proto, self._io)
         #: Tells the native loop that an application thread leads (None: no native loop).
         self._lead_flag: Callable[[bool], None] | None = (
             None if self._native_loop is None else self.proto.set_leader)  # type: ignore[attr-defined]
-        #: A turn's reads and output (see ``fused_reader``, ``take_output``).
-        self._fused = fused_reader(self.proto, self._io)
+        #: A leader's wait in one native call (``lead_io``), beside the native loop.
+        self._lead_io: Callable[..., tuple[int, int, float, float, bool]] | None = (
+            None if self._native_loop is None or self._fused is None
+            else self.proto.lead_io)  # type: ignore[attr-defined]
         self._native_recv = getattr(self._io, "recv", None)
         batch = getattr(self.proto, "output_batch", None)
         self._output: Callable[[float], Any] = (
@@ -790,10 +826,12 @@ class Driver:
         if finished:
             self._close_fds()
 
-    def _turn(self, buf: bytearray, view: memoryview, leader: bool = False) -> None:
+    def _turn(self, buf: bytearray, view: memoryview, leader: bool = False,
+              read: bool = True) -> None:
         """One turn: read, hand over, send. The I/O thread's takes the lock for the protocol's
         part and sends without it; a ``leader``'s runs under the lock its caller (``wait``)
-        holds, the sends included: the lock is taken once per wait, not twice."""
+        holds, the sends included: the lock is taken once per wait, not twice. Not ``read``:
+        the native wait read the socket already (only what it left is taken)."""
         proto = self.proto
         if self._wake_written:
             self._wake_written = False
@@ -814,10 +852,17 @@ class Driver:
             # The native data plane's read (none: the Python twin's loop below); the batch is
             # handed over whole (live sessions go first); a fused read goes into the engine
             # and reads the time after its reads (see below)
-            batch, got, fused_now, errors = native_read(fused, native_recv, io, DRAIN_BURST)
-            self.io_errors += errors
-            if fused is not None:
+            if fused is not None:  # (native_read's first case, inline: a call fewer a turn)
+                batch, fused_now = [], None
+                try:
+                    got, fused_now = fused(io, DRAIN_BURST if read else 0)
+                except OSError:
+                    got = 0
+                    self.io_errors += 1
                 native_recv = None
+            else:
+                batch, got, fused_now, errors = native_read(fused, native_recv, io, DRAIN_BURST)
+                self.io_errors += errors
             coalesced = io.reader(buf) if io.gro and native_recv is None and fused is None \
                 else None
             take = batch.append
@@ -852,8 +897,12 @@ class Driver:
             errors, changed = protocol_step(proto, batch, self._events, self._on_events,
                                             self._on_turn, now)
             self.event_errors += errors
-            if changed:
-                self.notify_all()
+            if changed:  # self.notify_all(), inline: a call fewer a turn
+                if self._waiters:
+                    self.cond.notify_all()
+                other = self._leader
+                if other is not None and other != threading.get_ident():
+                    self.wake()
             # The order lock is taken before the output and kept until it is sent: output
             # leaves in the order it was made. An application thread's _send_now (or the
             # native loop) could otherwise overtake this send loop (it releases the

@@ -215,7 +215,8 @@ class Socket:
         deadline = -1.0  # set on the first wait: a send that goes through reads no clock twice
         with drv.lock:
             while True:
-                if self._closed or node._closed or not drv.running:
+                # (not drv.running, inline: a property is a Python call per send)
+                if self._closed or node._closed or not drv._running or drv._lingering:
                     self._check_open()  # (it raises)
                 now = time.monotonic()
                 core.node.now = now
@@ -450,8 +451,11 @@ class Socket:
                 if out is not None:
                     node._after_call()
                     return out
-                if self._closed or node._closed or not drv.running:
+                if self._closed or node._closed or not drv._running or drv._lingering:
                     self._check_open()  # (it raises)
+                if timeout is None:  # (_time_left's first case, inline: no call, no text)
+                    drv.wait(None)
+                    continue
                 deadline, left = _time_left(timeout, deadline, now,
                                             f"nothing to receive on {self.id.tag!r}",
                                             f"{what} on {self.id.tag!r}")
