@@ -22,6 +22,8 @@ pub mod python_io;
 #[cfg(feature = "python")]
 mod python_loop;
 #[cfg(feature = "python")]
+pub mod python_sendbuf;
+#[cfg(feature = "python")]
 pub mod python_session;
 #[cfg(feature = "python")]
 pub mod python_recovery;

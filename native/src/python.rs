@@ -571,5 +571,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SendOrder>()?;
     crate::python_engine::register(m)?;
     crate::python_recovery::register(m)?;
+    crate::python_sendbuf::register(m)?;
     Ok(())
 }

@@ -29,7 +29,7 @@ from a3m.runtime.cork import Cork
 from a3m.runtime.discovery_file import FileDiscovery
 from a3m.runtime.driver import Driver
 from a3m.runtime.identity import node_key, warn_key_refused
-from a3m.runtime.send_buffer import SendBuffer
+from a3m.runtime.send_buffer import SendBuffer, new_send_buffer
 
 #: Most sends the Endpoint's buffer takes between two turns of the I/O thread.
 SEND_BUFFER = 1024
@@ -111,7 +111,7 @@ class Endpoint:
         self._cork = Cork(config.cork_s)
         #: In a stream, sends wait here for the I/O thread's turn without the lock (see
         #: :meth:`send`): ``(node_id, payload)``, as many as the windows to ``_sdst`` took.
-        self._sbuf: SendBuffer[tuple[str, bytes]] = SendBuffer()
+        self._sbuf: SendBuffer[tuple[str, bytes]] = new_send_buffer()
         self._sdst: str | None = None
         self._fast_size = 0
         self._buffering = False  # the buffer is open, or holds sends: the turn looks at it
@@ -179,7 +179,7 @@ class Endpoint:
                 self._check_open()
                 now = time.monotonic()
                 try:
-                    if buf.items and not self._drain(now) and buf.items:
+                    if len(buf) and not self._drain(now) and len(buf):
                         raise WouldBlock("the windows are full")  # buffered sends go first
                     rid = self._proto.send(node_id, payload, now, receipt)
                 except WouldBlock:
@@ -361,7 +361,7 @@ class Endpoint:
     def in_flight(self) -> int:
         """Messages sent and not yet acknowledged (queued, buffered or in flight)."""
         with self._driver.lock:
-            return self._proto.in_flight() + len(self._sbuf.items)
+            return self._proto.in_flight() + len(self._sbuf)
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop sending, wait (up to ``timeout``) until everything sent was acknowledged, the
@@ -387,10 +387,10 @@ class Endpoint:
             buf.shut()
 
             def sent() -> bool:
-                if buf.items and drv.running:
+                if len(buf) and drv.running:
                     self._drain(time.monotonic())
                     drv.wake()
-                return not buf.items or not drv.running
+                return not len(buf) or not drv.running
 
             drv.wait_until(sent, deadline)
             given_up = bool(buf.clear())

@@ -2,7 +2,11 @@
 sends wait in it for the I/O thread's next turn instead of taking the node's lock, as many as
 the windows took when it opened (its *room*: credits set aside), so that a send still returns
 only once the message can go. The owner drains it under the node's lock, first thing in any
-call that takes that lock, so order holds (lock order: the node's, then the buffer's)."""
+call that takes that lock, so order holds (lock order: the node's, then the buffer's).
+
+:class:`SendBuffer` is the specification; the native data plane has its twin
+(``a3m._native.SendBuffer``, with ``FastSend``: a socket's ``send`` into it in one native
+call), chosen by :func:`new_send_buffer`."""
 
 from __future__ import annotations
 
@@ -26,6 +30,10 @@ class SendBuffer(Generic[_T]):
         #: The last drain left sends behind (the windows or links did not take them): they
         #: wait first in line, retried on every turn.
         self.stalled = False
+
+    def __len__(self) -> int:
+        """How many items wait."""
+        return len(self.items)
 
     def offer(self, item: _T, mark: Any = None) -> bool:
         """From any thread: queue ``item`` (with ``mark``, if not None) if the buffer has
@@ -73,7 +81,18 @@ class SendBuffer(Generic[_T]):
         if not items:
             self.stalled = False
             return False
-        went = hand(items, marks)
+        try:
+            went = min(hand(items, marks), len(items))
+        except BaseException:
+            went = 0  # (nothing was taken: all of it goes back first in line)
+            raise
+        finally:
+            self._put_back(items, marks, went)
+        return went > 0
+
+    def _put_back(self, items: list[_T], marks: list[Any] | None, went: int) -> None:
+        """What a drain handed on from ``went`` on goes back first in line, before what
+        came since (the buffer is :attr:`stalled` while some does)."""
         self.stalled = went < len(items)
         if self.stalled:
             with self._lock:
@@ -82,7 +101,6 @@ class SendBuffer(Generic[_T]):
                     self.marks = (marks[went:] if marks is not None
                                   else [None] * (len(items) - went)) + later
                 self.items[:0] = items[went:]
-        return went > 0
 
     def give_up_marked(self) -> list[Any]:
         """Under the node's lock: take out what waits with a mark (a cookie), keeping the
@@ -123,3 +141,13 @@ class SendBuffer(Generic[_T]):
             self.room = 0
         self.stalled = False
         return items
+
+
+def new_send_buffer() -> Any:
+    """A send buffer: the native twin where the native data plane runs, else
+    :class:`SendBuffer`."""
+    from a3m._dataplane import native
+
+    if native is not None and hasattr(native, "SendBuffer"):
+        return native.SendBuffer()
+    return SendBuffer()

@@ -9,6 +9,7 @@ own (docs/design.md, "Runtimes"); the node's I/O turn drains the buffers
 from __future__ import annotations
 
 import time
+import weakref
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
@@ -17,13 +18,14 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from a3m._dataplane import native
 from a3m.core import message as m
 from a3m.core.cookies import Cookie
 from a3m.core.link import REASONS
 from a3m.core.socket_core import SocketCore
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.ids import SocketId
-from a3m.runtime.send_buffer import SendBuffer
+from a3m.runtime.send_buffer import SendBuffer, new_send_buffer
 
 if TYPE_CHECKING:
     from a3m.core.node_core import NodeCore
@@ -130,11 +132,22 @@ class Socket:
         self._closed = False
         #: The send buffer (see :meth:`send`): sends that wait for the I/O thread's turn
         #: without having taken the node's lock, under their own small lock.
-        self._sbuf: SendBuffer[bytes] = SendBuffer()
+        self._sbuf: SendBuffer[bytes] = new_send_buffer()
         self._fast_size = node._core.max_message_size - m.DATA_OVERHEAD_MAX
+        fast = getattr(native, "FastSend", None)
+        if fast is not None and type(self).send is Socket.send:
+            #: A stream's send in one native call (``a3m._native.FastSend``): a plain
+            #: message while the buffer has room goes there without a Python frame; any
+            #: other send runs :meth:`send` below (the socket held weakly: no cycle).
+            self.send = fast(self._sbuf, self._fast_size, Socket.send, weakref.ref(self)).send
         #: Messages taken ahead from the core with their source (see :meth:`recv`).
         self._inbox: deque[tuple[bytes, tuple[str, str]]] = deque()
         self._prefetch = core.plain_recv
+        fast = getattr(native, "FastRecv", None)
+        if fast is not None and type(self).recv is Socket.recv:
+            #: ``recv`` in one native call while the inbox holds messages (its first lines
+            #: below, natively); otherwise :meth:`recv` (the socket held weakly).
+            self.recv = fast(self._inbox, Socket.recv, weakref.ref(self)).recv
         #: Messages ever put in the inbox, and the flagged ones (sent with a cookie) among
         #: them, by that count: the application took one once fewer remain than its count.
         self._put = 0
@@ -204,7 +217,7 @@ class Socket:
         buf = self._sbuf
         if buf.room and not kw and len(data) <= self._fast_size and (
                 timeout is None or timeout >= 0) and (
-                cookie is None or self._core.jar.held + len(buf.items) < self._core.jar.limit
+                cookie is None or self._core.jar.held + len(buf) < self._core.jar.limit
                 ) and buf.offer(data, cookie):
             return
         if timeout is not None and timeout < 0:
@@ -220,9 +233,9 @@ class Socket:
                     self._check_open()  # (it raises)
                 now = time.monotonic()
                 core.node.now = now
-                if buf.items:
+                if len(buf):
                     self._drain(now)  # what was buffered goes first
-                if not buf.items and core.try_send(data, cookie, **kw):
+                if not len(buf) and core.try_send(data, cookie, **kw):
                     node._after_send(now, self)
                     return
                 why = self._why_blocked(cookie is not None)
@@ -256,7 +269,7 @@ class Socket:
         if (buf.room >= n > 0 and not kw and max(map(len, items)) <= self._fast_size
                 and (timeout is None or timeout >= 0) and (
                     marks is None
-                    or self._core.jar.held + len(buf.items) + n <= self._core.jar.limit)
+                    or self._core.jar.held + len(buf) + n <= self._core.jar.limit)
                 and buf.offer_many(items, marks)):
             return n  # (the buffer is open: see send)
         _check_timeout(timeout)
@@ -269,9 +282,9 @@ class Socket:
                 self._check_open()
                 now = time.monotonic()
                 core.node.now = now
-                if buf.items:
+                if len(buf):
                     self._drain(now)  # what was buffered goes first
-                went = 0 if buf.items else core.try_send_many(
+                went = 0 if len(buf) else core.try_send_many(
                     items[sent:] if sent else items,
                     None if marks is None else marks[sent:], **kw)
                 if went:
@@ -531,7 +544,7 @@ class Socket:
             for cookie in buf.give_up_marked():
                 self._core.jar.unsent(cookie)
                 moved = True
-            buf.stalled = bool(buf.items)
+            buf.stalled = bool(len(buf))
         if buf.stalled:
             self.node._stalled.add(self)
         else:
@@ -638,10 +651,10 @@ class Socket:
         clean = True
 
         def sent() -> bool:  # what was buffered goes before the unlink
-            if buf.items and drv.running:
+            if len(buf) and drv.running:
                 self._drain(time.monotonic())
             # (no link left to take it: given up below, not waited for: close is bounded)
-            return (not buf.items or not drv.running
+            return (not len(buf) or not drv.running
                     or (buf.stalled and not self._core.established_links()))
 
         yield sent
