@@ -304,6 +304,9 @@ pub struct ExonCore {
     /// Forgeries the native paths found (opened in place: counted here, added to the secure
     /// layer's `forged` when the counters are read).
     pub(crate) forged: std::sync::atomic::AtomicI64,
+    /// Datagrams the native loop refused as the secure layer would (`python_loop::Refused`;
+    /// added to its counters when they are read).
+    pub(crate) refused: [std::sync::atomic::AtomicI64; 4],
     /// Datagrams the native loop failed to send (the driver adds them to its `io_errors`).
     pub(crate) io_errors: std::sync::atomic::AtomicU64,
     /// The secure layer's live sessions by index and by peer (its own dicts, read here) and
@@ -530,6 +533,12 @@ impl ExonCore {
         if forged != 0 {
             deltas.push(("forged", forged));
         }
+        for (name, count) in crate::python_loop::REFUSED_NAMES.iter().zip(&self.refused) {
+            let c = count.swap(0, std::sync::atomic::Ordering::Relaxed);
+            if c != 0 {
+                deltas.push((name, c));
+            }
+        }
         let st = self.stats.bind(py);
         for (name, d) in deltas {
             let v: i64 = st.getattr(name)?.extract()?;
@@ -639,6 +648,7 @@ impl ExonCore {
             loop_until: std::sync::atomic::AtomicU64::new(0),
             leader: std::sync::atomic::AtomicBool::new(false),
             forged: std::sync::atomic::AtomicI64::new(0),
+            refused: Default::default(),
             io_errors: std::sync::atomic::AtomicU64::new(0),
             fast: Mutex::new(None),
             refs,

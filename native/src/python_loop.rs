@@ -21,6 +21,29 @@ use crate::python_io::{monotonic, Read};
 use crate::python_session::{lock, table};
 use crate::udp::{Received, RecvArena};
 
+/// The secure layer's datagram types (`a3m/exon/secure/packets.py`).
+const SEALED_PLAIN: u8 = 0x00;
+const SEALED_HELLO: u8 = 0x01;
+const SEALED_WELCOME: u8 = 0x02;
+const SEALED_INITIATE: u8 = 0x03;
+const SEALED_RETRY: u8 = 0x04;
+const SEALED_DATA: u8 = 0x05;
+const SEALED_CHALLENGE: u8 = 0x06;
+const SEALED_RESPONSE: u8 = 0x07;
+
+/// What the native loop refused (`refuse_native`), by the secure layer's counter for it
+/// (`REFUSED_NAMES`, in this order).
+#[derive(Clone, Copy)]
+pub(crate) enum Refused {
+    Malformed = 0,
+    Truncated = 1,
+    UnknownSession = 2,
+    InClear = 3,
+}
+
+/// The `ExonStats` fields of `Refused`, in order.
+pub(crate) const REFUSED_NAMES: [&str; 4] = ["malformed", "truncated", "unknown_session", "plain_refused"];
+
 /// Why `run_io` came back.
 pub const TIMEOUT: u8 = 0;
 pub const WOKEN: u8 = 1;
@@ -217,7 +240,7 @@ impl ExonCore {
             let mut left: Option<usize> = None;
             for i in 0..n {
                 let sa = read.items[i].2;
-                if !self.open_native(read.bytes_mut(i), sa, now, &tbl) {
+                if !self.open_native(read.bytes_mut(i), sa, now, &tbl) && !self.refuse_native(read.bytes(i), &tbl) {
                     left = Some(i);
                     break;
                 }
@@ -267,6 +290,40 @@ impl ExonCore {
             self.loop_until.store(0f64.to_bits(), Ordering::SeqCst);
         }
         r
+    }
+
+    /// The secure layer's refusals that need no state but the session table (`open`'s
+    /// first lines: a wrong version, a type it does not know, a datagram in clear, a sealed
+    /// one too short or under the index of no session), counted as it counts them, before
+    /// any Python runs (a storm of garbage costs no turn); false: left to it. Only while
+    /// nothing waits in `pending_rx`: a handshake there may be about to install the session
+    /// a later datagram names.
+    fn refuse_native(&self, d: &[u8], tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>) -> bool {
+        let n = d.len();
+        let why = if n < 2 || d[0] != crate::wire::VERSION {
+            Refused::Malformed
+        } else {
+            match d[1] {
+                SEALED_DATA | SEALED_CHALLENGE | SEALED_RESPONSE => {
+                    if n < crate::aead::OVERHEAD {
+                        Refused::Truncated
+                    } else if table(tbl).by_index.contains_key(&crate::aead::index_of(d)) {
+                        return false;
+                    } else {
+                        Refused::UnknownSession
+                    }
+                }
+                SEALED_PLAIN => Refused::InClear,
+                SEALED_HELLO | SEALED_WELCOME | SEALED_INITIATE | SEALED_RETRY => return false,
+                _ => Refused::Malformed,
+            }
+        };
+        if !locked(&self.pending_rx).is_empty() {
+            return false;
+        }
+        locked(&self.eng).note_datagram(n);
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Events for the layer above, or output left to Python.

@@ -212,3 +212,61 @@ def test_what_the_loop_leaves_for_python_wakes_a_thread_that_took_the_lead() -> 
                 except a3m.Timeout:  # the survey's deadline passed
                     break
             assert sorted(answers) == [b"lead-n1", b"lead-n2"], f"survey {trial}"
+
+
+def test_the_loop_refuses_garbage_before_any_python_runs() -> None:
+    """Datagrams the secure layer refuses by its first rules alone (a wrong version, an
+    unknown type, a datagram in clear, a sealed one too short or under the index of no
+    session) are refused and counted by the native loop as the secure layer counts them,
+    without a Python turn each; the stream beside them stays exact."""
+    import socket
+
+    from a3m.exon.secure import packets as p
+
+    rx = a3m.Node("refuse-rx", bind="127.0.0.1:0")
+    tx = a3m.Node("refuse-tx", bind="127.0.0.1:0")
+    attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        if not _engine_native(rx):
+            pytest.skip("the Python engine was chosen (A3M_ENGINE)")
+        pull = rx.socket(a3m.PULL, "in")
+        tx.associate(rx.id, rx.address)
+        push = tx.socket(a3m.PUSH, "out")
+        push.link((rx.id, "in"))
+        assert push.wait_linked(timeout=10)
+        push.send(b"first", timeout=10)
+        assert pull.recv(timeout=10) == b"first"  # a live session: the loop opens natively
+        drv = rx._driver
+        turn, turns = drv._turn, [0]
+
+        def counted(*args: object, **kw: object) -> None:
+            turns[0] += 1
+            turn(*args, **kw)  # type: ignore[arg-type]
+
+        drv._turn = counted  # type: ignore[method-assign]
+        before = rx.stats["exon"]
+        kinds = {
+            "malformed": [bytes([p.VERSION + 1]) + bytes(40), b"\x05", bytes([p.VERSION, 0x7F])],
+            "truncated": [p.SEALED_HDR.pack(p.VERSION, p.DATA, 1, 1)],
+            "unknown_session": [p.SEALED_HDR.pack(p.VERSION, p.DATA, 0xDEAD, 7) + bytes(40)],
+            "plain_refused": [bytes([p.VERSION, p.PLAIN]) + bytes(20)],
+        }
+        rounds = 40
+        for _ in range(rounds):
+            for datagrams in kinds.values():
+                for d in datagrams:
+                    attacker.sendto(d, rx.address)
+                    time.sleep(0.001)  # one at a time: a read each, not one for the lot
+        for i in range(100):
+            push.send(b"%d" % i, timeout=10)
+        assert [pull.recv(timeout=10) for _ in range(100)] == [b"%d" % i for i in range(100)]
+        after = rx.stats["exon"]
+        for name, datagrams in kinds.items():
+            assert after[name] - before[name] == rounds * len(datagrams), name
+        # One Python turn per garbage datagram before; now the turns are the stream's.
+        garbage = rounds * sum(map(len, kinds.values()))
+        assert turns[0] < garbage // 2, (turns[0], garbage)
+    finally:
+        attacker.close()
+        tx.close(5)
+        rx.close(5)

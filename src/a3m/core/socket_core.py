@@ -38,6 +38,7 @@ class SocketCore(LinkLifecycle):
         self._default_on_data = cls.on_data is SocketCore.on_data
         self.plain_recv = (self.receives and self._batch_recv
                            and cls.orphan is SocketCore.orphan)
+        self.plain_send = self.sends and self._batch_send
         for name, value in options.items():
             self.set_option(name, value)
 

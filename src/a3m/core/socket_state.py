@@ -130,6 +130,10 @@ class SocketState:
         #: application but its payload and source (no topic, no group), so the runtime may
         #: take several ahead of the calls that will return them.
         self.plain_recv = True
+        #: The default send hooks are in force on a socket that sends: a stream's sends may
+        #: wait in the runtime's send buffer (its credits set aside), never decided per
+        #: message by a pattern.
+        self.plain_send = True
 
     # ================================================================ queries
 

@@ -135,7 +135,7 @@ class Socket:
         self._sbuf: SendBuffer[bytes] = new_send_buffer()
         self._fast_size = node._core.max_message_size - m.DATA_OVERHEAD_MAX
         fast = getattr(native, "FastSend", None)
-        if fast is not None and type(self).send is Socket.send:
+        if fast is not None and core.plain_send and type(self).send is Socket.send:
             #: A stream's send in one native call (``a3m._native.FastSend``): a plain
             #: message while the buffer has room goes there without a Python frame; any
             #: other send runs :meth:`send` below (the socket held weakly: no cycle).
@@ -144,7 +144,7 @@ class Socket:
         self._inbox: deque[tuple[bytes, tuple[str, str]]] = deque()
         self._prefetch = core.plain_recv
         fast = getattr(native, "FastRecv", None)
-        if fast is not None and type(self).recv is Socket.recv:
+        if fast is not None and self._prefetch and type(self).recv is Socket.recv:
             #: ``recv`` in one native call while the inbox holds messages (its first lines
             #: below, natively); otherwise :meth:`recv` (the socket held weakly).
             self.recv = fast(self._inbox, Socket.recv, weakref.ref(self)).recv
