@@ -307,6 +307,8 @@ pub struct ExonCore {
     /// Datagrams the native loop refused as the secure layer would (`python_loop::Refused`;
     /// added to its counters when they are read).
     pub(crate) refused: [std::sync::atomic::AtomicI64; 4],
+    /// Datagrams a native loop read and left to Python (`pending_rx`), ever (diagnostics).
+    pub(crate) left: std::sync::atomic::AtomicU64,
     /// Datagrams the native loop failed to send (the driver adds them to its `io_errors`).
     pub(crate) io_errors: std::sync::atomic::AtomicU64,
     /// The secure layer's live sessions by index and by peer (its own dicts, read here) and
@@ -649,6 +651,7 @@ impl ExonCore {
             leader: std::sync::atomic::AtomicBool::new(false),
             forged: std::sync::atomic::AtomicI64::new(0),
             refused: Default::default(),
+            left: std::sync::atomic::AtomicU64::new(0),
             io_errors: std::sync::atomic::AtomicU64::new(0),
             fast: Mutex::new(None),
             refs,
@@ -886,6 +889,12 @@ impl ExonCore {
     /// reads: its reply reaches it without a hand-off between threads).
     fn set_leader(&self, leading: bool) {
         self.leader.store(leading, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Datagrams the native loops read and left to the Python turn (`pending_rx`: a
+    /// handshake's, anything the plain rules do not cover), since the engine was made.
+    fn loop_left(&self) -> u64 {
+        self.left.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Datagrams the native loop failed to send since the last call (the driver counts them).

@@ -250,6 +250,7 @@ impl ExonCore {
                 for i in first..n {
                     pending.push((read.bytes(i).to_vec(), read.items[i].2));
                 }
+                self.left.fetch_add((n - first) as u64, Ordering::Relaxed);
                 drop(pending);
                 self.send_native(io, fd, now, &tbl, limit);
                 end.why = PYTHON;

@@ -285,6 +285,21 @@ pub struct FastSend {
     owner: Py<PyAny>,
 }
 
+static CLOSED: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+
+/// The socket behind a weak reference; gone, it was closed and let go: `a3m.Closed`, as a
+/// closed socket's own methods raise.
+fn live_owner<'py>(py: Python<'py>, owner: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let o = owner.bind(py).call0()?;
+    if !o.is_none() {
+        return Ok(o);
+    }
+    let cls = CLOSED.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("a3m.errors")?.getattr("Closed")?.unbind())
+    })?;
+    Err(PyErr::from_value(cls.bind(py).call1(("the socket is closed",))?))
+}
+
 fn timeout_ok(t: Option<&Bound<'_, PyAny>>) -> bool {
     match t {
         None => true,
@@ -322,10 +337,7 @@ impl FastSend {
                 }
             }
         }
-        let owner = self.owner.bind(py).call0()?;
-        if owner.is_none() {
-            return Err(pyo3::exceptions::PyReferenceError::new_err("the socket is gone"));
-        }
+        let owner = live_owner(py, &self.owner)?;
         Ok(self.slow.bind(py).call((owner, data, timeout, cookie), kw)?.unbind())
     }
 }
@@ -358,10 +370,7 @@ impl FastRecv {
                 return Ok(item.get_item(0)?.unbind());
             }
         }
-        let owner = self.owner.bind(py).call0()?;
-        if owner.is_none() {
-            return Err(pyo3::exceptions::PyReferenceError::new_err("the socket is gone"));
-        }
+        let owner = live_owner(py, &self.owner)?;
         Ok(self.slow.bind(py).call1((owner, timeout))?.unbind())
     }
 }

@@ -188,6 +188,8 @@ class ExonCore:
         """An application thread leads (it reads): ``run_io`` leaves the socket to it."""
     def loop_until(self) -> float:
         """When ``run_io`` sleeps until (0.0: awake or not running)."""
+    def loop_left(self) -> int:
+        """Datagrams the native loops read and left to the Python turn, ever."""
     def take_io_errors(self) -> int:
         """Datagrams ``run_io`` failed to send since the last call."""
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]: ...
