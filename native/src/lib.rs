@@ -9,6 +9,7 @@
 
 pub mod aead;
 pub mod exon;
+pub mod poll_choice;
 pub mod replay;
 pub mod udp;
 pub mod wire;
@@ -25,5 +26,7 @@ mod python_loop;
 pub mod python_sendbuf;
 #[cfg(feature = "python")]
 pub mod python_session;
+#[cfg(feature = "python")]
+pub mod python_poll;
 #[cfg(feature = "python")]
 pub mod python_recovery;

@@ -309,6 +309,8 @@ pub struct ExonCore {
     pub(crate) refused: [std::sync::atomic::AtomicI64; 4],
     /// Datagrams a native loop read and left to Python (`pending_rx`), ever (diagnostics).
     pub(crate) left: std::sync::atomic::AtomicU64,
+    /// A leader's poll-or-sleep choice (`lead_io`; its budget is `set_busy_poll`'s).
+    pub(crate) poll: Mutex<crate::poll_choice::PollChoice>,
     /// Datagrams the native loop failed to send (the driver adds them to its `io_errors`).
     pub(crate) io_errors: std::sync::atomic::AtomicU64,
     /// The secure layer's live sessions by index and by peer (its own dicts, read here) and
@@ -652,6 +654,7 @@ impl ExonCore {
             forged: std::sync::atomic::AtomicI64::new(0),
             refused: Default::default(),
             left: std::sync::atomic::AtomicU64::new(0),
+            poll: Mutex::new(crate::poll_choice::PollChoice::new(0.0)),
             io_errors: std::sync::atomic::AtomicU64::new(0),
             fast: Mutex::new(None),
             refs,
@@ -863,19 +866,41 @@ impl ExonCore {
 
     /// A leading application thread's wait, in one call (`run_io`'s loop for the thread
     /// that leads: it reads whatever the leader flag says and publishes no deadline): until
-    /// `until` (the Python timers' deadline: Exon's are handled here), polling first for
-    /// `spin_s` (until a yield loses the CPU). Returns (why, as `run_io`'s; datagrams read;
-    /// the time; seconds until the socket was first readable, negative: never; whether the
-    /// poll lost the CPU to another task).
-    #[pyo3(signature = (io, wake_fd, until, spin_s = 0.0))]
-    fn lead_io(&self, py: Python<'_>, io: &UdpIo, wake_fd: i32, until: f64, spin_s: f64) -> PyResult<(u8, usize, f64, f64, bool)> {
+    /// `until` (the leader's deadline: the driver compares new deadlines with it), polling
+    /// first as the node's poll choice says (`set_busy_poll`: its budget; the twin of
+    /// `a3m/runtime/poll_choice.py`, told how long the input took), or for `window_s` when
+    /// that is not 0 (the layer above's output waits for Exon's window: no choice, nothing
+    /// recorded). A poll stops when a yield loses the CPU. Returns (why, as `run_io`'s;
+    /// datagrams read; the time; whether a poll saw the input come).
+    #[pyo3(signature = (io, wake_fd, until, window_s = 0.0))]
+    fn lead_io(&self, py: Python<'_>, io: &UdpIo, wake_fd: i32, until: f64, window_s: f64) -> PyResult<(u8, usize, f64, bool)> {
         let fd = io.fd(py)?;
-        let r = crate::python::guard("lead_io", || Ok(py.detach(|| self.io_loop(io, fd, wake_fd, until, spin_s, true))))?;
+        let left = until - crate::python_io::monotonic();
+        let (choose, polled, spin) = if window_s > 0.0 {
+            (false, true, window_s.min(left))
+        } else {
+            let mut c = locked(&self.poll);
+            if c.budget > 0.0 {
+                let p = c.poll_next();
+                (true, p, if p { c.budget.min(left) } else { 0.0 })
+            } else {
+                (false, false, 0.0)
+            }
+        };
+        let r = crate::python::guard("lead_io", || Ok(py.detach(|| self.io_loop(io, fd, wake_fd, until, spin, true))))?;
+        if choose && r.input_after >= 0.0 {
+            locked(&self.poll).record(polled, r.input_after, r.preempted);
+        }
         let taken = locked(&self.err).take();
         if let Some(e) = taken {
             return Err(e);
         }
-        Ok((r.why, r.reads, r.now, r.input_after, r.preempted))
+        Ok((r.why, r.reads, r.now, polled && spin > 0.0 && r.input_after >= 0.0 && r.input_after <= spin))
+    }
+
+    /// The busy-poll budget of a leader's waits (seconds; 0: never poll).
+    fn set_busy_poll(&self, budget: f64) {
+        *locked(&self.poll) = crate::poll_choice::PollChoice::new(budget);
     }
 
     /// When the native loop sleeps until (monotonic seconds; 0.0 while it is awake or not

@@ -177,13 +177,15 @@ class ExonCore:
         reads, opens, frames, timers, seals and sends natively. Returns (why: 0 ``until``
         came, 1 woken, 2 Python has work, 3 input for a leading application thread;
         datagrams read; the time)."""
-    def lead_io(self, io: UdpIo, wake_fd: int, until: float, spin_s: float = 0.0
-                ) -> tuple[int, int, float, float, bool]:
+    def lead_io(self, io: UdpIo, wake_fd: int, until: float, window_s: float = 0.0
+                ) -> tuple[int, int, float, bool]:
         """A leading application thread's wait in one call: ``run_io``'s loop, reading
         whatever the leader flag says and publishing no deadline, until ``until`` (Exon's
-        timers are handled inside), polling first for ``spin_s`` (until a yield loses the
-        CPU). Returns (why, as ``run_io``'s; datagrams read; the time; seconds until the
-        socket was first readable, negative: never; whether the poll lost the CPU)."""
+        timers are handled inside), polling first as the engine's poll choice says
+        (``set_busy_poll``), or for ``window_s`` when not 0. Returns (why, as ``run_io``'s;
+        datagrams read; the time; whether a poll saw the input come)."""
+    def set_busy_poll(self, budget: float) -> None:
+        """The busy-poll budget of ``lead_io``'s waits (0: never poll)."""
     def set_leader(self, leading: bool) -> None:
         """An application thread leads (it reads): ``run_io`` leaves the socket to it."""
     def loop_until(self) -> float:
@@ -269,3 +271,15 @@ class FastRecv:
     def __init__(self, inbox: Any, slow: Callable[..., Any],
                  owner: Callable[[], Any]) -> None: ...
     def recv(self, timeout: Any = None) -> Any: ...
+
+class PollChoiceCore:
+    """Twin of :class:`a3m.runtime.poll_choice.PollChoice` (the choice ``lead_io`` makes)."""
+
+    budget: float
+    waits: int
+    poll_s: float
+    block_s: float
+    preempted: float
+    def __init__(self, budget: float) -> None: ...
+    def poll_next(self) -> bool: ...
+    def record(self, polled: bool, waited_s: float, preempted: bool = False) -> None: ...

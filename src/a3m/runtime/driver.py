@@ -288,7 +288,9 @@ class Driver:
         self._waiters = 0  # threads in cond.wait (followers): notify only when there are some
         self._wake_written = False  # a byte may be in the wake pipe: read it on the next turn
         self._busy_poll_s = busy_poll_s
-        self._poll_choice = PollChoice(busy_poll_s)
+        self._poll_choice = PollChoice(busy_poll_s)  # (the native leader's: the engine's)
+        if self._lead_io is not None:
+            self.proto.set_busy_poll(busy_poll_s)  # type: ignore[attr-defined]
         self._poll_preempted = False  # the current wait's poll lost the CPU (PollChoice)
         self.poll_hits = 0  # leader waits that a brief poll ended (diagnostics)
         self._running = True
@@ -386,27 +388,18 @@ class Driver:
                         if lead_io is None:
                             self._wait_for_input(sock, wait_s, window)
                         else:
-                            # One native call: the wait (a brief poll first, as chosen
-                            # below), the reads, opens, Exon's frames and timers and their
-                            # output, until Python has work; the turn then reads only what
-                            # the loop left (the wait's own reads: none without sessions).
-                            budget = self._busy_poll_s
-                            poll = False
-                            if not budget:
-                                spin = 0.0
-                            elif window:
-                                spin = WINDOW_POLL_S if wait_s > WINDOW_POLL_S else wait_s
-                            else:
-                                poll = self._poll_choice.poll_next()
-                                spin = (budget if budget < wait_s else wait_s) if poll else 0.0
-                            _, reads, _, after, preempted = lead_io(
-                                self._io, self._wake_r, now + wait_s, spin)
+                            # One native call: the wait (a brief poll first, as the
+                            # node's native poll choice says), the reads, opens, Exon's
+                            # frames and timers and their output, until Python has work; the
+                            # turn then reads only what the loop left (the wait's own
+                            # reads: none without sessions).
+                            _, reads, _, hit = lead_io(
+                                self._io, self._wake_r, now + wait_s,
+                                WINDOW_POLL_S if window and self._busy_poll_s else 0.0)
                             read = reads == 0
                             self.lead_reads += reads
-                            if after >= 0 and budget and not window:
-                                self._poll_choice.record(poll, after, preempted)
-                                if poll and after <= spin:
-                                    self.poll_hits += 1
+                            if hit:
+                                self.poll_hits += 1
                     except (OSError, ValueError):
                         pass  # the socket was swapped by rebind or closed by stop
                     except Exception:  # (a3m._native.NativePanic): never a silent stall
@@ -608,8 +601,9 @@ class Driver:
         #: Tells the native loop that an application thread leads (None: no native loop).
         self._lead_flag: Callable[[bool], None] | None = (
             None if self._native_loop is None else self.proto.set_leader)  # type: ignore[attr-defined]
-        #: A leader's wait in one native call (``lead_io``), beside the native loop.
-        self._lead_io: Callable[..., tuple[int, int, float, float, bool]] | None = (
+        #: A leader's wait in one native call (``lead_io``), beside the native loop; its
+        #: poll choice is the engine's (the Python twin's, natively).
+        self._lead_io: Callable[..., tuple[int, int, float, bool]] | None = (
             None if self._native_loop is None or self._fused is None
             else self.proto.lead_io)  # type: ignore[attr-defined]
         self._native_recv = getattr(self._io, "recv", None)
