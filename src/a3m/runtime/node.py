@@ -382,7 +382,7 @@ class Node:
 
     def _upper_deadline(self) -> float | None:
         """When the core needs a turn: its next timer, or while it holds output that Exon
-        can take, the end of the cork window (see :meth:`_after_send`; past: at once).
+        can take, the end of the cork window (see :meth:`_after_call`; past: at once).
         Output that waits for Exon's window sets no deadline: the ACK that opens the window
         comes through the socket, and its turn pumps."""
         t = self._core.next_timer()
@@ -425,10 +425,27 @@ class Node:
         for fn in self._listeners:
             fn()
 
-    def _after_call(self) -> None:
+    def _after_call(self, now: float = -1.0, sock: Socket | None = None) -> None:
         """Under the lock, after an application call changed the core: its output leaves now
-        from this thread, unless a turn is under way (its loop takes it)."""
+        from this thread, unless a turn is under way (its loop takes it).
+
+        For a send at ``now`` (not negative): within the cork window of the previous send
+        (:class:`~a3m.runtime.cork.Cork`) the output waits for the I/O thread's turn, by the
+        window's end, and leaves with what else comes meanwhile, as BATCHes. There, a
+        stream's socket (``sock``) also opens its send buffer (:meth:`Socket.send`)."""
         drv = self._driver
+        if now >= 0:
+            cork = self._cork
+            last, cork.sent_at = cork.sent_at, now  # (cork.follows(now), inline)
+            if now - last < cork.window_s:
+                if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
+                    sock._open_buffer(cork.due(now))
+                if self._bridge.ready() and not drv.turn_under_way:
+                    drv.wake_by(cork.due(now))
+                drv.notify_all()
+                for fn in self._listeners:
+                    fn()
+                return
         if self._bridge.has_output() and not drv.turn_under_way:
             self._bridge.pump(time.monotonic())
             drv.flush()
@@ -443,22 +460,6 @@ class Node:
         drv.notify_all()  # (self._notify(), inline: a Python call fewer per message)
         for fn in self._listeners:
             fn()
-
-    def _after_send(self, now: float, sock: Socket | None = None) -> None:
-        """:meth:`_after_call` for a send at ``now``: within the cork window of the previous
-        send (:class:`~a3m.runtime.cork.Cork`) the output waits for the I/O thread's turn, by
-        the window's end, and leaves with what else comes meanwhile, as BATCHes. There, a
-        stream's socket (``sock``) also opens its send buffer (:meth:`Socket.send`)."""
-        cork = self._cork
-        last, cork.sent_at = cork.sent_at, now  # (cork.follows(now), inline)
-        if now - last >= cork.window_s:
-            self._after_call()
-            return
-        if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
-            sock._open_buffer(cork.due(now))
-        if self._bridge.ready() and not self._driver.turn_under_way:
-            self._driver.wake_by(cork.due(now))
-        self._notify()
 
     def _take_buffers(self, now: float) -> None:
         """Under the lock (the I/O thread's turn, or a leader leaving): hand what the

@@ -43,8 +43,7 @@ class Owner(Protocol):
     _stalled: set[Socket]  # buffers holding sends no link takes now: retried every turn
     _reading_ahead: set[Socket]  # inboxes holding messages sent with a cookie
 
-    def _after_call(self) -> None: ...
-    def _after_send(self, now: float, sock: Socket | None = None) -> None: ...
+    def _after_call(self, now: float = -1.0, sock: Socket | None = None) -> None: ...
     def _check_open(self) -> None: ...
     def _forget_socket(self, tag: str) -> None: ...
 
@@ -236,7 +235,7 @@ class Socket:
                 if len(buf):
                     self._drain(now)  # what was buffered goes first
                 if not len(buf) and core.try_send(data, cookie, **kw):
-                    node._after_send(now, self)
+                    node._after_call(now, self)
                     return
                 why = self._why_blocked(cookie is not None)
                 deadline, left = _time_left(
@@ -289,7 +288,7 @@ class Socket:
                     None if marks is None else marks[sent:], **kw)
                 if went:
                     sent += went
-                    self.node._after_send(now, self)
+                    self.node._after_call(now, self)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
                     why = self._why_blocked(marks is not None)
