@@ -98,6 +98,9 @@ class LoopDriver:
         self._timer_at = _INF
         self._soon = False  # a turn is scheduled with call_soon
         self._in_turn = False
+        #: ``not self._in_turn``, read inline by the node as the threaded driver's flag
+        #: (``drv._sleeping or not drv._running``: no turn under way, without a call).
+        self._sleeping = True
         self._running = True
         self.io_errors = 0
         self.loop_errors = 0
@@ -153,6 +156,9 @@ class LoopDriver:
     #: drv._lingering`` is ``not drv.running`` without a call): never set here, the linger
     #: is handed to a threaded driver (see close_protocol).
     _lingering = False
+    #: The threaded driver's leading thread, read inline by the node (``drv._waiters or
+    #: drv._leader is not None or drv._futures``: someone to notify): none here.
+    _leader = None
 
     @property
     def lingering(self) -> bool:
@@ -490,6 +496,7 @@ class LoopDriver:
         self.turns += 1
         with self.lock:
             self._in_turn = True
+            self._sleeping = False
             try:
                 buf = self._buf
                 recv = self._sock.recvfrom
@@ -540,6 +547,7 @@ class LoopDriver:
                 out = []
             finally:
                 self._in_turn = False
+                self._sleeping = True
             if out:
                 self._send(out)
             if self._running:

@@ -242,6 +242,10 @@ class Driver:
     is notified after every batch of events, so blocked application calls re-check their state.
     """
 
+    #: The asyncio driver's waiting coroutines, read inline by the node (``drv._waiters or
+    #: drv._leader is not None or drv._futures``: someone to notify): none here.
+    _futures: tuple[()] = ()
+
     def __init__(self, proto: Transport, bind: str | tuple[str, int],
                  on_events: EventHandler, name: str = "a3m-io",
                  upper_timer: Callable[[], float | None] | None = None,

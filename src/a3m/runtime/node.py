@@ -440,13 +440,16 @@ class Node:
             if now - last < cork.window_s:
                 if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
                     sock._open_buffer(cork.due(now))
-                if self._bridge.ready() and not drv.turn_under_way:
+                if self._bridge.ready() and (drv._sleeping or not drv._running):
                     drv.wake_by(cork.due(now))
-                drv.notify_all()
+                if drv._waiters or drv._leader is not None or drv._futures:
+                    drv.notify_all()
                 for fn in self._listeners:
                     fn()
                 return
-        if self._bridge.has_output() and not drv.turn_under_way:
+        # (not drv.turn_under_way and drv.notify_all() when someone waits, inline: both
+        # drivers keep these flags, and a call each costs more than the looks)
+        if self._bridge.has_output() and (drv._sleeping or not drv._running):
             self._bridge.pump(time.monotonic())
             drv.flush()
         elif self._core.taken_waiting():  # a report alone waits a little for company
@@ -457,7 +460,8 @@ class Node:
             # per REQ/REP round trip cost ~80 us; the ACK of what was taken usually brings a
             # turn sooner).
             drv.wake_by(self._taken_due)
-        drv.notify_all()  # (self._notify(), inline: a Python call fewer per message)
+        if drv._waiters or drv._leader is not None or drv._futures:
+            drv.notify_all()  # (self._notify(), inline)
         for fn in self._listeners:
             fn()
 
