@@ -16,6 +16,16 @@ pub const TAG: usize = 16;
 /// What sealing adds to a plaintext.
 pub const OVERHEAD: usize = HEADER + TAG;
 
+/// The secure layer's datagram types (the second byte; `a3m/exon/secure/packets.py`).
+pub const PLAIN: u8 = 0x00;
+pub const HELLO: u8 = 0x01;
+pub const WELCOME: u8 = 0x02;
+pub const INITIATE: u8 = 0x03;
+pub const RETRY: u8 = 0x04;
+pub const DATA: u8 = 0x05;
+pub const CHALLENGE: u8 = 0x06;
+pub const RESPONSE: u8 = 0x07;
+
 /// One direction of a session: a 32-byte key.
 pub struct Cipher {
     key: LessSafeKey,

@@ -14,8 +14,10 @@ pub const CAP_BUDGETS: f64 = 1.0;
 /// Polling stops while more than this share of the polled waits lost the CPU.
 pub const PREEMPTED_SHARE: f64 = 0.25;
 
-/// The poll-or-sleep choice of one node's leading waits.
+/// The poll-or-sleep choice of one node's leading waits (in Python, for the differential
+/// test: `a3m._native.PollChoiceCore`, its fields read-only; `python_poll` adds the methods).
 #[derive(Clone, Debug, Default)]
+#[cfg_attr(feature = "python", pyo3::pyclass(module = "a3m._native", name = "PollChoiceCore", get_all))]
 pub struct PollChoice {
     pub budget: f64,
     pub waits: u64,

@@ -151,7 +151,7 @@ impl Cipher {
             for (k, item) in plains.iter().enumerate() {
                 let plain = item.cast::<PyBytes>()?.as_bytes();
                 let pkt = PyBytes::new_with(py, plain.len() + aead::OVERHEAD, |o| {
-                    self.inner.seal(o, wire::VERSION, DATA, index, counter + k as u64, plain);
+                    self.inner.seal(o, wire::VERSION, aead::DATA, index, counter + k as u64, plain);
                     Ok(())
                 })?;
                 out.append(pkt)?;
@@ -175,8 +175,6 @@ impl Cipher {
         })
     }
 }
-
-const DATA: u8 = 0x05;
 
 /// The replay window of a session's receiving direction: the twin of
 /// `a3m.exon.secure.replay.ReplayWindow`.

@@ -279,7 +279,7 @@ impl<'a> Datagram<'a> {
 
 /// A sealed DATA datagram's header fields (None: not one).
 pub(crate) fn sealed_data(d: &[u8]) -> Option<(u32, u64)> {
-    if d.len() < crate::aead::OVERHEAD || d[0] != crate::wire::VERSION || d[1] != 0x05 {
+    if d.len() < crate::aead::OVERHEAD || d[0] != crate::wire::VERSION || d[1] != crate::aead::DATA {
         return None;
     }
     Some((crate::aead::index_of(d), crate::aead::counter_of(d)))
@@ -438,7 +438,7 @@ impl ExonCore {
         for (k, p) in plains.iter().enumerate() {
             let n = p.len() + crate::aead::OVERHEAD;
             let c = &h.seal;
-            let seal = |o: &mut [u8]| c.seal(o, crate::wire::VERSION, 0x05, index, counter + k as u64, p);
+            let seal = |o: &mut [u8]| c.seal(o, crate::wire::VERSION, crate::aead::DATA, index, counter + k as u64, p);
             match sink {
                 Sink::List(out) => {
                     let pkt = PyBytes::new_with(py, n, |o| {
@@ -1095,7 +1095,7 @@ impl ExonCore {
                 Ok(b) => {
                     let d = b.as_bytes();
                     d.len() >= 30
-                        && d[1] == 0x05
+                        && d[1] == crate::aead::DATA
                         && d[0] == crate::wire::VERSION
                         && live.contains(u32::from_be_bytes([d[2], d[3], d[4], d[5]]))?
                 }

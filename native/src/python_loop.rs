@@ -21,16 +21,6 @@ use crate::python_io::{monotonic, Read};
 use crate::python_session::{lock, table};
 use crate::udp::{Received, RecvArena};
 
-/// The secure layer's datagram types (`a3m/exon/secure/packets.py`).
-const SEALED_PLAIN: u8 = 0x00;
-const SEALED_HELLO: u8 = 0x01;
-const SEALED_WELCOME: u8 = 0x02;
-const SEALED_INITIATE: u8 = 0x03;
-const SEALED_RETRY: u8 = 0x04;
-const SEALED_DATA: u8 = 0x05;
-const SEALED_CHALLENGE: u8 = 0x06;
-const SEALED_RESPONSE: u8 = 0x07;
-
 /// What the native loop refused (`refuse_native`), by the secure layer's counter for it
 /// (`REFUSED_NAMES`, in this order).
 #[derive(Clone, Copy)]
@@ -148,6 +138,15 @@ pub(crate) struct LoopEnd {
     pub preempted: bool,
 }
 
+impl LoopEnd {
+    /// The loop ends now, for `why`.
+    fn done(mut self, why: u8) -> LoopEnd {
+        self.why = why;
+        self.now = monotonic();
+        self
+    }
+}
+
 impl ExonCore {
     /// The GIL-free loop (see the module's docstring). `lead`: an application thread's wait
     /// (`lead_io`): it reads whatever the leader flag says and publishes no deadline (the
@@ -165,21 +164,15 @@ impl ExonCore {
                 _ => until,
             };
             let seen = self.wait_published(fd, wake, deadline, start, spin_s, !lead);
-            end.now = monotonic();
             end.preempted = seen.preempted;
-            if seen.sock {
-                end.input_after = end.now - start;
-            }
-            end.why = if seen.woke { WOKEN } else if seen.sock { PYTHON } else { TIMEOUT };
-            return end;
+            let end = end.done(if seen.woke { WOKEN } else if seen.sock { PYTHON } else { TIMEOUT });
+            return LoopEnd { input_after: if seen.sock { end.now - start } else { -1.0 }, ..end };
         };
         let mut spin = spin_s;
         loop {
             let now = monotonic();
-            end.now = now;
             if now >= until {
-                end.why = TIMEOUT;
-                return end;
+                return LoopEnd { why: TIMEOUT, now, ..end };
             }
             let t_exon = locked(&self.eng).exon_timer();
             if let Some(t) = t_exon {
@@ -190,9 +183,7 @@ impl ExonCore {
                         e.handle_exon_timers(now);
                     }
                     if self.send_native(io, fd, now, &tbl, limit) || self.python_due() {
-                        end.why = PYTHON;
-                        end.now = monotonic();
-                        return end;
+                        return end.done(PYTHON);
                     }
                     continue;
                 }
@@ -213,26 +204,18 @@ impl ExonCore {
                 end.input_after = monotonic() - start;
             }
             if seen.woke {
-                end.why = WOKEN;
-                end.now = monotonic();
-                return end;
+                return end.done(WOKEN);
             }
             if !seen.sock {
                 continue;
             }
             if !lead && self.leader.load(Ordering::SeqCst) {
-                end.why = LEADER; // (the leader reads it)
-                end.now = monotonic();
-                return end;
+                return end.done(LEADER); // (the leader reads it)
             }
             let mut read = match read_fd(io, fd, 512) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => {
-                    end.why = PYTHON; // (the Python turn counts it)
-                    end.now = monotonic();
-                    return end;
-                }
+                Err(_) => return end.done(PYTHON), // (the Python turn counts it)
             };
             let now = monotonic();
             end.reads += read.items.len();
@@ -253,14 +236,10 @@ impl ExonCore {
                 self.left.fetch_add((n - first) as u64, Ordering::Relaxed);
                 drop(pending);
                 self.send_native(io, fd, now, &tbl, limit);
-                end.why = PYTHON;
-                end.now = monotonic();
-                return end;
+                return end.done(PYTHON);
             }
             if self.send_native(io, fd, now, &tbl, limit) || self.python_due() {
-                end.why = PYTHON;
-                end.now = monotonic();
-                return end;
+                return end.done(PYTHON);
             }
         }
     }
@@ -304,8 +283,9 @@ impl ExonCore {
         let why = if n < 2 || d[0] != crate::wire::VERSION {
             Refused::Malformed
         } else {
+            use crate::aead::{CHALLENGE, DATA, HELLO, INITIATE, PLAIN, RESPONSE, RETRY, WELCOME};
             match d[1] {
-                SEALED_DATA | SEALED_CHALLENGE | SEALED_RESPONSE => {
+                DATA | CHALLENGE | RESPONSE => {
                     if n < crate::aead::OVERHEAD {
                         Refused::Truncated
                     } else if table(tbl).by_index.contains_key(&crate::aead::index_of(d)) {
@@ -314,8 +294,8 @@ impl ExonCore {
                         Refused::UnknownSession
                     }
                 }
-                SEALED_PLAIN => Refused::InClear,
-                SEALED_HELLO | SEALED_WELCOME | SEALED_INITIATE | SEALED_RETRY => return false,
+                PLAIN => Refused::InClear,
+                HELLO | WELCOME | INITIATE | RETRY => return false,
                 _ => Refused::Malformed,
             }
         };
@@ -436,7 +416,7 @@ fn seal_native(
         let n = p.len() + crate::aead::OVERHEAD;
         let start = data.len();
         data.resize(start + n, 0);
-        h.seal.seal(&mut data[start..start + n], crate::wire::VERSION, 0x05, index, counter + k as u64, p);
+        h.seal.seal(&mut data[start..start + n], crate::wire::VERSION, crate::aead::DATA, index, counter + k as u64, p);
         dgrams.push((start, n, dest));
     }
     h.unanswered = after;

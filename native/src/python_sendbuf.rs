@@ -45,15 +45,18 @@ impl SendBuffer {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `offer` without a mark, for `FastSend`.
-    fn offer_plain(&self, py: Python<'_>, item: &Bound<'_, PyAny>) -> bool {
+    /// `offer`'s work (`mark`: None for none), for it and for `FastSend`.
+    fn push(&self, py: Python<'_>, item: &Bound<'_, PyAny>, mark: Option<&Bound<'_, PyAny>>) -> bool {
         let mut g = self.lock();
         if g.room <= 0 {
             return false;
         }
         g.room -= 1;
+        if mark.is_some() && g.marks.is_none() {
+            g.marks = Some(nones(py, g.items.len()));
+        }
         if let Some(marks) = g.marks.as_mut() {
-            marks.push(py.None());
+            marks.push(mark.map_or_else(|| py.None(), |m| m.clone().unbind()));
         }
         g.items.push(item.clone().unbind());
         true
@@ -110,23 +113,7 @@ impl SendBuffer {
     /// (False: take the lock).
     #[pyo3(signature = (item, mark = None))]
     fn offer(&self, py: Python<'_>, item: &Bound<'_, PyAny>, mark: Option<&Bound<'_, PyAny>>) -> bool {
-        let mark = mark.filter(|m| !m.is_none());
-        let mut g = self.lock();
-        if g.room <= 0 {
-            return false;
-        }
-        g.room -= 1;
-        if mark.is_some() && g.marks.is_none() {
-            g.marks = Some(nones(py, g.items.len()));
-        }
-        if let Some(marks) = g.marks.as_mut() {
-            marks.push(match mark {
-                Some(m) => m.clone().unbind(),
-                None => py.None(),
-            });
-        }
-        g.items.push(item.clone().unbind());
-        true
+        self.push(py, item, mark.filter(|m| !m.is_none()))
     }
 
     /// From any thread: queue all of `items` (with `marks`, one each) if the buffer has
@@ -332,7 +319,7 @@ impl FastSend {
         let plain = kw.is_none_or(|k| k.is_empty()) && cookie.is_none_or(|c| c.is_none());
         if plain && timeout_ok(timeout) {
             if let Ok(b) = data.cast_exact::<PyBytes>() {
-                if b.as_bytes().len() <= self.fast_size && self.buf.get().offer_plain(py, data) {
+                if b.as_bytes().len() <= self.fast_size && self.buf.get().push(py, data, None) {
                     return Ok(py.None());
                 }
             }

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 import a3m
+
+from .streams import push_pull
 
 pytestmark = pytest.mark.skipif(not a3m.NATIVE, reason="the native data plane is not built")
 
@@ -40,6 +44,20 @@ def _stream(name: str, n: int, size: int) -> tuple[a3m.Node, a3m.Node, list[byte
 
 def _engine_native(node: a3m.Node) -> bool:
     return type(node._proto).__name__ == "ExonCore"
+
+
+@contextmanager
+def _req_rep(name: str) -> Iterator[tuple[a3m.Node, a3m.Node, a3m.Socket, a3m.Socket]]:
+    """A REQ on ``<name>-req`` linked to a REP on ``<name>-rep``: (rep node, req node, rep,
+    req), both nodes closed on the way out."""
+    with a3m.Node(f"{name}-rep", bind="127.0.0.1:0") as b, \
+            a3m.Node(f"{name}-req", bind="127.0.0.1:0") as a:
+        rep = b.socket(a3m.REP, "svc")
+        a.associate(b.id, b.address)
+        req = a.socket(a3m.REQ, "c")
+        req.link((b.id, "svc"))
+        assert req.wait_linked(timeout=10)
+        yield b, a, rep, req
 
 
 def test_a_stream_through_the_native_loop_is_exact_and_in_order() -> None:
@@ -84,13 +102,7 @@ def test_a_timer_set_by_an_application_thread_wakes_the_loop() -> None:
     """The loop sleeps until its own deadline while application threads send and set
     earlier timers (a retransmission, a reply's ACK): requests after idle spells, each sent
     while both loops sleep, all complete, and the replies are exact."""
-    with a3m.Node("wake-rep", bind="127.0.0.1:0") as b, \
-            a3m.Node("wake-req", bind="127.0.0.1:0") as a:
-        rep = b.socket(a3m.REP, "svc")
-        a.associate(b.id, b.address)
-        req = a.socket(a3m.REQ, "c")
-        req.link((b.id, "svc"))
-        assert req.wait_linked(timeout=10)
+    with _req_rep("wake") as (b, a, rep, req):
 
         def serve() -> None:
             for _ in range(5):
@@ -112,16 +124,10 @@ def test_a_waiting_thread_leads_in_one_native_call() -> None:
     opens and Exon's frames in one native call, its Python turn only taking the events.
     Round trips stay exact; the replies were read by those native waits (counted), and a
     leader's wait that read nothing (woken, timed out) still reads in its turn."""
-    with a3m.Node("lead-rep", bind="127.0.0.1:0") as b, \
-            a3m.Node("lead-req", bind="127.0.0.1:0") as a:
+    with _req_rep("lead") as (b, a, rep, req):
         if not _engine_native(a):
             pytest.skip("the Python engine was chosen (A3M_ENGINE)")
         assert a._driver._lead_io is not None
-        rep = b.socket(a3m.REP, "svc")
-        a.associate(b.id, b.address)
-        req = a.socket(a3m.REQ, "c")
-        req.link((b.id, "svc"))
-        assert req.wait_linked(timeout=10)
         n = 300
 
         def serve() -> None:
@@ -223,17 +229,10 @@ def test_the_loop_refuses_garbage_before_any_python_runs() -> None:
 
     from a3m.exon.secure import packets as p
 
-    rx = a3m.Node("refuse-rx", bind="127.0.0.1:0")
-    tx = a3m.Node("refuse-tx", bind="127.0.0.1:0")
-    attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
+    with push_pull("refuse") as (_, rx, push, pull), \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
         if not _engine_native(rx):
             pytest.skip("the Python engine was chosen (A3M_ENGINE)")
-        pull = rx.socket(a3m.PULL, "in")
-        tx.associate(rx.id, rx.address)
-        push = tx.socket(a3m.PUSH, "out")
-        push.link((rx.id, "in"))
-        assert push.wait_linked(timeout=10)
         push.send(b"first", timeout=10)
         assert pull.recv(timeout=10) == b"first"  # a live session: the loop opens natively
         left = rx._proto.loop_left()  # datagrams the loops handed to Python
@@ -262,7 +261,3 @@ def test_the_loop_refuses_garbage_before_any_python_runs() -> None:
         after = rx.stats["exon"]
         for name, datagrams in kinds.items():
             assert after[name] - before[name] == rounds * len(datagrams), name
-    finally:
-        attacker.close()
-        tx.close(5)
-        rx.close(5)

@@ -895,12 +895,9 @@ class Driver:
             errors, changed = protocol_step(proto, batch, self._events, self._on_events,
                                             self._on_turn, now)
             self.event_errors += errors
-            if changed:  # self.notify_all(), inline: a call fewer a turn
-                if self._waiters:
-                    self.cond.notify_all()
-                other = self._leader
-                if other is not None and other != threading.get_ident():
-                    self.wake()
+            # (a leader's own turn has no one else to wake unless threads wait on the cond)
+            if changed and (self._waiters or (not leader and self._leader is not None)):
+                self.notify_all()
             # The order lock is taken before the output and kept until it is sent: output
             # leaves in the order it was made. An application thread's _send_now (or the
             # native loop) could otherwise overtake this send loop (it releases the

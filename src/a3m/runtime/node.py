@@ -434,22 +434,20 @@ class Node:
         window's end, and leaves with what else comes meanwhile, as BATCHes. There, a
         stream's socket (``sock``) also opens its send buffer (:meth:`Socket.send`)."""
         drv = self._driver
+        # (not drv.turn_under_way and drv.notify_all() when someone waits, inline: both
+        # drivers keep these flags, and a call each costs more than the looks)
+        idle = drv._sleeping or not drv._running
+        corked = False
         if now >= 0:
             cork = self._cork
             last, cork.sent_at = cork.sent_at, now  # (cork.follows(now), inline)
-            if now - last < cork.window_s:
-                if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
-                    sock._open_buffer(cork.due(now))
-                if self._bridge.ready() and (drv._sleeping or not drv._running):
-                    drv.wake_by(cork.due(now))
-                if drv._waiters or drv._leader is not None or drv._futures:
-                    drv.notify_all()
-                for fn in self._listeners:
-                    fn()
-                return
-        # (not drv.turn_under_way and drv.notify_all() when someone waits, inline: both
-        # drivers keep these flags, and a call each costs more than the looks)
-        if self._bridge.has_output() and (drv._sleeping or not drv._running):
+            corked = now - last < cork.window_s
+        if corked:
+            if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
+                sock._open_buffer(cork.due(now))
+            if idle and self._bridge.ready():
+                drv.wake_by(cork.due(now))
+        elif idle and self._bridge.has_output():
             self._bridge.pump(time.monotonic())
             drv.flush()
         elif self._core.taken_waiting():  # a report alone waits a little for company
@@ -461,7 +459,7 @@ class Node:
             # turn sooner).
             drv.wake_by(self._taken_due)
         if drv._waiters or drv._leader is not None or drv._futures:
-            drv.notify_all()  # (self._notify(), inline)
+            drv.notify_all()
         for fn in self._listeners:
             fn()
 
