@@ -27,6 +27,10 @@ from types import ModuleType
 
 #: Packages (paths under ``src``) whose modules, ``__init__`` aside, are compiled.
 PACKAGES = ("a3m/core", "a3m/exon", "a3m/exon/secure", "a3m/patterns")
+#: Modules (paths under ``src``) compiled alone, outside those packages: the runtime's per
+#: message path (a blocking call's wait and turn, the node's hooks), whose classes stay plain
+#: Python classes with compiled methods (``mypyc_attr(native_class=False)``).
+MODULES = ("a3m/runtime/driver.py", "a3m/runtime/node_turn.py")
 #: Set to 1 to run the Python sources even where compiled modules were built.
 PURE_ENV = "A3M_PURE_PYTHON"
 
@@ -38,7 +42,7 @@ def sources(src: str) -> list[str]:
         folder = os.path.join(src, pkg)
         found += sorted(os.path.join(folder, f) for f in os.listdir(folder)
                         if f.endswith(".py") and f != "__init__.py")
-    return found
+    return found + [os.path.join(src, m) for m in MODULES]
 
 
 def _extensions(root: str) -> dict[str, tuple[str, str]]:
@@ -46,13 +50,17 @@ def _extensions(root: str) -> dict[str, tuple[str, str]]:
     (the folder that holds the ``a3m`` package)."""
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     found: dict[str, tuple[str, str]] = {}
-    for pkg in PACKAGES:
+    places = [(pkg, None) for pkg in PACKAGES] + [
+        (os.path.dirname(m), os.path.basename(m)[:-3]) for m in MODULES]
+    for pkg, only in places:
         folder = os.path.join(root, pkg)
         try:
             names = os.listdir(folder)
         except OSError:
             continue
         for name in names:
+            if only is not None and not name.startswith(only + "."):
+                continue
             for suffix in suffixes:
                 if name.endswith(suffix):
                     stem = name[: -len(suffix)]

@@ -50,6 +50,7 @@ from a3m.runtime.driver import (
     parse_bind,
     protocol_step,
     udp_drops,
+    wait_steps,
 )
 from a3m.runtime.offload import fused_reader, native_read, offload_for, take_output
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
@@ -66,8 +67,6 @@ def _wake(fut: asyncio.Future[None]) -> None:
 
 class LoopDriver:
     """Runs an Exon engine (:class:`~a3m.exon.engine.Transport`) over one UDP socket from the running event loop."""
-
-    wait_until = Driver.wait_until  # the same loop over ``wait`` (worker threads only)
 
     def __init__(self, proto: Transport, bind: str | tuple[str, int],
                  on_events: EventHandler, name: str = "a3m-aio",
@@ -217,6 +216,11 @@ class LoopDriver:
                         fut.set_result(None)
             else:
                 self._threadsafe(self._wake_all, futs)
+
+    def wait_until(self, done: Callable[[], bool], deadline: float | None,
+                   step: float = 0.05) -> bool:
+        """``Driver.wait_until``, from a worker thread (:meth:`wait` in steps)."""
+        return wait_steps(self.wait, done, deadline, step)
 
     def wait(self, timeout: float | None = None) -> None:
         """Under the lock, from a worker thread: like ``cond.wait`` (spurious returns

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from a3m.errors import Closed
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
@@ -62,6 +64,8 @@ PARK_S = 0.002
 #: Longest single select of the I/O thread or a leader (seconds).
 MAX_SLEEP_S = 1.0
 LOOP_LEADER = 3  # run_io's reason: input came while an application thread leads
+#: The I/O thread's next step (``Driver._plan``).
+_GO, _PARKED, _STOPPED, _FINISHED = 0, 1, 2, 3
 #: While the layer above's output waits for Exon's window (``upper_waits``), a leader polls
 #: its socket this long (at most) for the ACK that opens it, before it sleeps (only with
 #: busy polling on, ``busy_poll_s`` > 0). A stream blocked on its window waits a receiver's
@@ -160,6 +164,18 @@ def protocol_step(proto: Transport, batch: list[tuple[bytes, Any]], events: dequ
     return errors, changed
 
 
+def wait_steps(wait: Callable[[float], None], done: Callable[[], bool],
+               deadline: float | None, step: float) -> bool:
+    """``Driver.wait_until``'s loop over a driver's ``wait`` (the asyncio driver's too: its
+    worker threads wait the same way)."""
+    while not done():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        wait(step if left is None else min(left, step))
+    return True
+
+
 def given_up(proto: Any) -> int:
     """Revocations and peers the protocol gave up so far (its counters read afresh: the
     native engine adds its own to ``proto.stats`` when that is read)."""
@@ -235,6 +251,7 @@ def open_udp(bind: tuple[str, int]) -> socket.socket:
     return sock
 
 
+@mypyc_attr(native_class=False)  # compiled methods; a plain class (tests patch its instances)
 class Driver:
     """Runs an Exon engine (:class:`~a3m.exon.engine.Transport`) over one UDP socket on a dedicated thread.
 
@@ -435,19 +452,14 @@ class Driver:
                    step: float = 0.05) -> bool:
         """Under the lock: :meth:`wait` in steps of at most ``step`` seconds until ``done()``;
         False when the monotonic ``deadline`` (None: none) passes first."""
-        while not done():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            self.wait(step if left is None else min(left, step))
-        return True
+        return wait_steps(self.wait, done, deadline, step)
 
     def _wait_for_input(self, sock: socket.socket, wait_s: float, window: bool = False
                         ) -> None:
         """A leader's wait for the socket, the wake-up pipe or ``wait_s``: either a plain
         ``select``, or first a brief poll of up to ``busy_poll_s`` (see :meth:`_poll`); of up
         to ``WINDOW_POLL_S`` when the layer above's output waits for Exon's ``window``."""
-        rlist = [sock, self._wake_r]
+        rlist: list[Any] = [sock, self._wake_r]
         budget = self._busy_poll_s
         if not budget:
             select.select(rlist, [], [], wait_s)
@@ -745,6 +757,48 @@ class Driver:
 
     # ------------------------------------------------------------------ the I/O thread
 
+    def _plan(self, park_seq: int) -> tuple[int, int, float, Any, float]:
+        """Under the lock, the I/O thread's next step: park while a leader runs the loop
+        (``_PARKED``), stop (``_STOPPED``, ``_FINISHED``: the linger is over) or go on
+        (``_GO``: wait up to ``timeout``, in the native ``loop`` until ``until`` when there
+        is one, then turn). Returns (what, park_seq, timeout, loop, until)."""
+        if not self._running:
+            return _STOPPED, park_seq, 0.0, None, 0.0
+        if self._leader is not None:
+            # An application thread runs the loop: step aside. A leadership that outlasts
+            # one park is a long wait: then sleep until it ends (it wakes us).
+            long_wait = park_seq == self._lead_seq
+            park_seq = self._lead_seq
+            self._parked = True
+            self._park_notify = long_wait
+            self._sleeping = True
+            park_s = MAX_SLEEP_S if long_wait else PARK_S
+            self._io_until = time.monotonic() + park_s
+            self._park.wait(park_s)
+            self._parked = False
+            self._park_notify = False
+            return _PARKED, park_seq, 0.0, None, 0.0
+        proto = self.proto
+        if self._lingering and proto.is_finished():
+            self._running = self._lingering = False
+            return _FINISHED, -1, 0.0, None, 0.0  # (no leader: none since the linger began)
+        deadline = self._deadline()
+        if proto.has_output():
+            timeout = 0.0
+        elif deadline is None:
+            timeout = MAX_SLEEP_S
+        else:
+            timeout = min(max(0.0, deadline - time.monotonic()), MAX_SLEEP_S)
+        self._sleeping = True
+        now = time.monotonic()
+        self._io_until = now + timeout
+        loop = self._native_loop if not self._lingering else None
+        until = 0.0
+        if loop is not None and timeout > 0:
+            until = self._python_until(now)
+            self._in_native = True
+        return _GO, -1, timeout, loop, until
+
     def _run(self) -> None:
         proto = self.proto
         buf, view = self._buf, self._view
@@ -752,42 +806,13 @@ class Driver:
         finished = False
         while True:
             with self.lock:
-                if not self._running:
-                    break
-                if self._leader is not None:
-                    # An application thread runs the loop: step aside. A leadership that
-                    # outlasts one park is a long wait: then sleep until it ends (it wakes us).
-                    long_wait = park_seq == self._lead_seq
-                    park_seq = self._lead_seq
-                    self._parked = True
-                    self._park_notify = long_wait
-                    self._sleeping = True
-                    park_s = MAX_SLEEP_S if long_wait else PARK_S
-                    self._io_until = time.monotonic() + park_s
-                    self._park.wait(park_s)
-                    self._parked = False
-                    self._park_notify = False
-                    continue
-                park_seq = -1
-                if self._lingering and proto.is_finished():
-                    self._running = self._lingering = False
-                    finished = True  # the linger is over (no leader: none since it began)
-                    break
-                deadline = self._deadline()
-                if proto.has_output():
-                    timeout = 0.0
-                elif deadline is None:
-                    timeout = MAX_SLEEP_S
-                else:
-                    timeout = min(max(0.0, deadline - time.monotonic()), MAX_SLEEP_S)
-                self._sleeping = True
-                now = time.monotonic()
-                self._io_until = now + timeout
-                sock = self._sock
-                loop = self._native_loop if not self._lingering else None
-                if loop is not None and timeout > 0:
-                    io, until = self._io, self._python_until(now)
-                    self._in_native = True
+                what, park_seq, timeout, loop, until = self._plan(park_seq)
+                io, sock = self._io, self._sock
+            if what == _PARKED:
+                continue
+            if what != _GO:
+                finished = what == _FINISHED
+                break
             if loop is not None and timeout > 0:
                 why = -1
                 try:
@@ -811,7 +836,8 @@ class Driver:
                     continue
             elif timeout > 0:
                 try:
-                    select.select([sock, self._wake_r], [], [], timeout)
+                    waited: list[Any] = [sock, self._wake_r]
+                    select.select(waited, [], [], timeout)
                 except (OSError, ValueError):
                     pass  # the socket was swapped by rebind or closed by stop
                 if self._leader is not None:
@@ -845,13 +871,14 @@ class Driver:
             readable = self._readable
             recv = sock.recvfrom
             io = self._io
-            fused = self._fused
+            fused: Any = self._fused
             native_recv: Callable[[int], list[tuple[bytes, Any]]] | None = self._native_recv
             # The native data plane's read (none: the Python twin's loop below); the batch is
             # handed over whole (live sessions go first); a fused read goes into the engine
             # and reads the time after its reads (see below)
             if fused is not None:  # (native_read's first case, inline: a call fewer a turn)
-                batch, fused_now = [], None
+                batch: list[tuple[bytes, Any]] = []
+                fused_now = None
                 try:
                     got, fused_now = fused(io, DRAIN_BURST if read else 0)
                 except OSError:

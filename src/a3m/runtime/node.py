@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import fields
+from functools import partial
 from random import Random
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from a3m.runtime.events import (
     NodeEvent,
 )
 from a3m.runtime.identity import node_key
+from a3m.runtime.node_turn import after_call, on_turn, take_buffers, upper_deadline, upper_output
 from a3m.runtime.sockets import (
     POLLIN,
     POLLOUT,
@@ -57,12 +59,6 @@ if TYPE_CHECKING:
     from a3m.journal import NodeJournal
 
 _EXON_FIELDS = {f.name for f in fields(ExonConfig)}
-#: While an inbox holds messages sent with a cookie, the I/O thread looks this often for
-#: those the application took (their outcome is reported at that turn, or sooner).
-AHEAD_LOOK_S = 0.002
-#: A report of what the application took (cookies) waits at most this long for other output
-#: to ride with (a REP's reply follows its recv) or for a turn (an ACK's, usually sooner).
-TAKEN_DELAY_S = 0.02
 
 
 class Node:
@@ -120,6 +116,14 @@ class Node:
         #: Sockets whose buffer holds sends no link can take now (a link went away): retried
         #: on every turn (credits and links come with events).
         self._stalled: set[Socket] = set()
+        # What runs per message and per turn, compiled (runtime/node_turn.py), bound here:
+        # the driver's hooks and the after-call of every application call.
+        self._upper_deadline: Callable[[], float | None] = partial(upper_deadline, self)
+        self._upper_output: Callable[[], bool] = partial(upper_output, self)
+        self._on_turn: Callable[[float], None] = partial(on_turn, self)
+        #: ``_after_call(now=-1.0, sock=None)``: see :func:`~a3m.runtime.node_turn.after_call`.
+        self._after_call: Callable[..., None] = partial(after_call, self)
+        self._take_buffers: Callable[[float], None] = partial(take_buffers, self)
         self._driver = self._make_driver(bind, config)
 
     def _make_driver(self, bind: str | tuple[str, int], config: ExonConfig) -> Driver:
@@ -379,117 +383,6 @@ class Node:
             return  # a file being rewritten: next time
         for node_id in listed:
             self._core.node_known(str(node_id))
-
-    def _upper_deadline(self) -> float | None:
-        """When the core needs a turn: its next timer, or while it holds output that Exon
-        can take, the end of the cork window (see :meth:`_after_call`; past: at once).
-        Output that waits for Exon's window sets no deadline: the ACK that opens the window
-        comes through the socket, and its turn pumps."""
-        t = self._core.next_timer()
-        if self._buffering or self._bridge.ready():
-            due = self._cork.until
-            if t is None or due < t:
-                t = due
-        if self._reading_ahead:
-            due = time.monotonic() + AHEAD_LOOK_S
-            if t is None or due < t:
-                t = due
-        if self._core.taken_waiting():
-            due = self._taken_due
-            if t is None or due < t:
-                t = due
-        if self._core.nodes_watched and getattr(self._resolver, "nodes", None) is not None:
-            due = self._nodes_listed_at + 1.0  # a discovery file, looked at every second
-            if t is None or due < t:
-                t = due
-        return t
-
-    def _upper_output(self) -> bool:
-        return bool(self._buffering or self._stalled) or self._bridge.ready()
-
-    def _on_turn(self, now: float) -> None:
-        if now >= self._shed_look_at and self._proto.secure is not None:
-            self._look_at_handshakes(now)
-        if self._core.nodes_watched:
-            self._list_nodes(now)
-        t = self._core.next_timer()
-        if t is not None and t <= now:
-            self._core.handle_timer(now)
-            self._driver.notify_all()
-        if self._buffering or self._stalled:
-            self._take_buffers(now)
-        if self._reading_ahead:
-            for sock in list(self._reading_ahead):
-                sock._report()
-        self._bridge.pump(now)
-        for fn in self._listeners:
-            fn()
-
-    def _after_call(self, now: float = -1.0, sock: Socket | None = None) -> None:
-        """Under the lock, after an application call changed the core: its output leaves now
-        from this thread, unless a turn is under way (its loop takes it).
-
-        For a send at ``now`` (not negative): within the cork window of the previous send
-        (:class:`~a3m.runtime.cork.Cork`) the output waits for the I/O thread's turn, by the
-        window's end, and leaves with what else comes meanwhile, as BATCHes. There, a
-        stream's socket (``sock``) also opens its send buffer (:meth:`Socket.send`)."""
-        drv = self._driver
-        # (not drv.turn_under_way and drv.notify_all() when someone waits, inline: both
-        # drivers keep these flags, and a call each costs more than the looks)
-        idle = drv._sleeping or not drv._running
-        corked = False
-        if now >= 0:
-            cork = self._cork
-            last, cork.sent_at = cork.sent_at, now  # (cork.follows(now), inline)
-            corked = now - last < cork.window_s
-        if corked:
-            if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
-                sock._open_buffer(cork.due(now))
-            if idle and self._bridge.ready():
-                drv.wake_by(cork.due(now))
-        elif idle and self._bridge.has_output():
-            self._bridge.pump(time.monotonic())
-            drv.flush()
-        elif self._core.taken_waiting():  # a report alone waits a little for company
-            now = time.monotonic()
-            if self._taken_due < now:  # (else: an earlier report's delay runs already)
-                self._taken_due = now + TAKEN_DELAY_S
-            # A turn by then (waking the I/O thread only if it would sleep past it: a wake-up
-            # per REQ/REP round trip cost ~80 us; the ACK of what was taken usually brings a
-            # turn sooner).
-            drv.wake_by(self._taken_due)
-        if drv._waiters or drv._leader is not None or drv._futures:
-            drv.notify_all()
-        for fn in self._listeners:
-            fn()
-
-    def _take_buffers(self, now: float) -> None:
-        """Under the lock (the I/O thread's turn, or a leader leaving): hand what the
-        sockets buffered to the core. A buffer that gave something opens again for the next
-        window, as far as the credits go; one that gave nothing stays open until its window
-        ends, then closes (the next send takes the lock again)."""
-        moved = False
-        for sock in list(self._stalled):
-            moved = sock._drain(now) or moved
-        cork = self._cork
-        for sock in list(self._buffering):
-            if sock._drain(now):
-                moved = True
-                room = sock._core.send_room()
-                if room > 0 and not sock._sbuf.stalled:
-                    sock._open_buffer(cork.due(now), room)
-                    continue
-            elif now < cork.until:
-                continue
-            sock._close_buffer()
-        if moved:
-            self._notify()  # local links: the receiving socket is on this node
-
-    def _notify(self) -> None:
-        """Wake the calls blocked on this node, and the listeners (asyncio, Poller)."""
-        self._driver.notify_all()
-        for fn in self._listeners:
-            fn()
 
     def _forget_socket(self, tag: str) -> None:
         sock = self._sockets.pop(tag, None)
