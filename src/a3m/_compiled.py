@@ -28,9 +28,11 @@ from types import ModuleType
 #: Packages (paths under ``src``) whose modules, ``__init__`` aside, are compiled.
 PACKAGES = ("a3m/core", "a3m/exon", "a3m/exon/secure", "a3m/patterns")
 #: Modules (paths under ``src``) compiled alone, outside those packages: the runtime's per
-#: message path (a blocking call's wait and turn, the node's hooks), whose classes stay plain
-#: Python classes with compiled methods (``mypyc_attr(native_class=False)``).
-MODULES = ("a3m/runtime/driver.py", "a3m/runtime/node_turn.py")
+#: message path (a blocking call's wait and turn, the node's hooks, the asyncio driver's
+#: turn, the socket layer's Python twin). The drivers stay plain Python classes with compiled
+#: methods (``mypyc_attr(native_class=False)``).
+MODULES = ("a3m/runtime/driver.py", "a3m/runtime/node_turn.py", "a3m/runtime/offload.py",
+           "a3m/aio/driver.py")
 #: Set to 1 to run the Python sources even where compiled modules were built.
 PURE_ENV = "A3M_PURE_PYTHON"
 

@@ -44,9 +44,10 @@ from a3m.aio.node import LoopNode
 from a3m.core.cookies import Cookie
 from a3m.core.link import REASONS
 from a3m.errors import LinkRefused, Timeout, UsageError, WouldBlock
+from a3m.ids import SocketId
 from a3m.runtime import sockets as _sync
 from a3m.runtime.events import NodeEvent
-from a3m.runtime.sockets import POLLCOOKIE, POLLIN, POLLOUT, ReceivedMessage, SocketId
+from a3m.runtime.sockets import POLLCOOKIE, POLLIN, POLLOUT, ReceivedMessage
 
 T = TypeVar("T")
 

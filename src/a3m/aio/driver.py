@@ -33,6 +33,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from a3m.errors import Closed, UsageError
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
@@ -52,7 +54,7 @@ from a3m.runtime.driver import (
     udp_drops,
     wait_steps,
 )
-from a3m.runtime.offload import fused_reader, native_read, offload_for, take_output
+from a3m.runtime.offload import native_read, offload_for, turn_io
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.aio")
@@ -65,6 +67,7 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+@mypyc_attr(native_class=False)  # compiled methods; a plain class (tests patch its instances)
 class LoopDriver:
     """Runs an Exon engine (:class:`~a3m.exon.engine.Transport`) over one UDP socket from the running event loop."""
 
@@ -133,6 +136,7 @@ class LoopDriver:
         self.port = self._sock.getsockname()[1]
         self._readable = _readable(self._sock)
         self._io = offload_for(self._sock)  # GSO sends, GRO reads where the kernel has them
+        self._fused, self._native_recv, self._output = turn_io(proto, self._io)
         self.loop.add_reader(self._sock.fileno(), self._on_readable)
         self._arm()
 
@@ -194,7 +198,7 @@ class LoopDriver:
             return  # the turn sends it and re-arms
         proto = self.proto
         if proto.has_output():
-            self._send(take_output(proto, self._io, time.monotonic()))
+            self._send(self._output(time.monotonic()))
             if self._any_ready is not None and not self._poll_soon \
                     and threading.get_ident() == self._tid:
                 self._poll_soon = True  # the answer may come soon: see _poll
@@ -252,6 +256,7 @@ class LoopDriver:
             self.port = new.getsockname()[1]
             self._readable = _readable(new)
             self._io = offload_for(new)
+            self._fused, self._native_recv, self._output = turn_io(self.proto, self._io)
             self.loop.add_reader(new.fileno(), self._on_readable)
             self.proto.announce(time.monotonic())
             self.wake()
@@ -306,9 +311,11 @@ class LoopDriver:
         while pump is not None and pending is not None and self._running:
             with self.lock:
                 pump(time.monotonic())
-                if not pending():
-                    break
-                self.wake()
+                held = pending()
+                if held:
+                    self.wake()
+            if not held:
+                break
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
@@ -320,9 +327,11 @@ class LoopDriver:
             with self.lock:
                 if pump is not None:
                     pump(time.monotonic())
-                if proto.is_closed() and not (pending is not None and pending()):
-                    break
-                self.wake()
+                done = proto.is_closed() and not (pending is not None and pending())
+                if not done:
+                    self.wake()
+            if done:
+                break
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 clean = False
@@ -505,8 +514,8 @@ class LoopDriver:
                 buf = self._buf
                 recv = self._sock.recvfrom
                 io = self._io
-                native_recv = getattr(io, "recv", None)
-                fused = fused_reader(proto, io)
+                native_recv = self._native_recv
+                fused = self._fused
                 # the native data plane's read (none: the Python twin's loop below)
                 batch, got, fused_now, errors = native_read(fused, native_recv, io,
                                                             DRAIN_BURST)
@@ -544,7 +553,7 @@ class LoopDriver:
                 self.event_errors += errors
                 if changed:
                     self.notify_all()
-                out = take_output(proto, io, now)
+                out = self._output(now)
             except Exception:  # never let an error escape into the event loop
                 self.loop_errors += 1
                 log.exception("a3m asyncio driver error (counted, loop continues)")

@@ -37,7 +37,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from mypy_extensions import mypyc_attr
@@ -45,7 +44,7 @@ from mypy_extensions import mypyc_attr
 from a3m.errors import Closed
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
-from a3m.runtime.offload import fused_reader, native_loop, native_read, offload_for
+from a3m.runtime.offload import native_loop, native_read, offload_for, turn_io
 from a3m.runtime.poll_choice import PREEMPTED_S, PollChoice
 
 log = logging.getLogger("a3m.runtime")
@@ -612,8 +611,8 @@ class Driver:
         """Choose, once per protocol and socket layer, how a turn reads and takes output."""
         #: The native engine's GIL-free loop over the native socket (None: ``select``).
         self._native_loop = native_loop(self.proto, self._io)
-        #: A turn's reads and output (see ``fused_reader``, ``take_output``).
-        self._fused = fused_reader(self.proto, self._io)
+        #: A turn's reads and output (see ``turn_io``).
+        self._fused, self._native_recv, self._output = turn_io(self.proto, self._io)
         #: Tells the native loop that an application thread leads (None: no native loop).
         self._lead_flag: Callable[[bool], None] | None = (
             None if self._native_loop is None else self.proto.set_leader)  # type: ignore[attr-defined]
@@ -622,11 +621,6 @@ class Driver:
         self._lead_io: Callable[..., tuple[int, int, float, bool]] | None = (
             None if self._native_loop is None or self._fused is None
             else self.proto.lead_io)  # type: ignore[attr-defined]
-        self._native_recv = getattr(self._io, "recv", None)
-        batch = getattr(self.proto, "output_batch", None)
-        self._output: Callable[[float], Any] = (
-            partial(batch, self._io) if batch is not None and self._native_recv is not None
-            else self.proto.datagrams_to_send)
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; peers learn it from our next datagrams."""

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from random import Random
-from typing import Any
+from typing import Any, cast
 
 from a3m.errors import Closed, Timeout, UsageError, WouldBlock
 from a3m.exon.clock import ClockStore
@@ -50,7 +50,7 @@ def _remaining(deadline: float | None) -> float | None:
 def make_resolver(discovery: Any) -> Resolver | None:
     """A mapping becomes a static map, a path a file source, a callable is used as is."""
     if discovery is None or callable(discovery):
-        return discovery
+        return cast("Resolver | None", discovery)
     if isinstance(discovery, Mapping):
         return StaticDiscovery(discovery)
     if isinstance(discovery, (str, os.PathLike)):
@@ -129,7 +129,7 @@ class Endpoint:
     @property
     def stats(self) -> dict[str, int]:
         with self._driver.lock:
-            out = self._proto.stats.as_dict()
+            out: dict[str, int] = self._proto.stats.as_dict()
         out["io_errors"] = self._driver.io_errors
         out["loop_errors"] = self._driver.loop_errors
         out["event_errors"] = self._driver.event_errors
@@ -181,7 +181,7 @@ class Endpoint:
                 try:
                     if len(buf) and not self._drain(now) and len(buf):
                         raise WouldBlock("the windows are full")  # buffered sends go first
-                    rid = self._proto.send(node_id, payload, now, receipt)
+                    rid: int | None = self._proto.send(node_id, payload, now, receipt)
                 except WouldBlock:
                     if timeout == 0:
                         raise
@@ -342,7 +342,7 @@ class Endpoint:
         ``peer_timeout_s`` (15 s by default), and not heard from since. Exon keeps
         retransmitting to them (exactly once if they come back); :meth:`abandon` gives up."""
         with self._driver.lock:
-            return self._proto.unreachable_peers()
+            return list(self._proto.unreachable_peers())
 
     def abandon(self, node_id: str) -> int:
         """Give up on ``node_id`` (say, one :meth:`unreachable_peers` lists): each message
@@ -352,7 +352,7 @@ class Endpoint:
         with self._driver.lock:
             self._check_open()
             now = time.monotonic()
-            n = self._proto.abandon(node_id, now)
+            n: int = self._proto.abandon(node_id, now)
             self._on_events(deque(self._proto.drain_events()), now)
             self._driver.notify_all()  # wait_receipt callers
             self._driver.flush()  # the release
@@ -361,7 +361,7 @@ class Endpoint:
     def in_flight(self) -> int:
         """Messages sent and not yet acknowledged (queued, buffered or in flight)."""
         with self._driver.lock:
-            return self._proto.in_flight() + len(self._sbuf)
+            return int(self._proto.in_flight()) + len(self._sbuf)
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop sending, wait (up to ``timeout``) until everything sent was acknowledged, the

@@ -26,6 +26,7 @@ from a3m.errors import Closed, UsageError
 from a3m.exon.config import ExonConfig
 from a3m.exon.engine import new_protocol
 from a3m.exon.secure import format_public_key
+from a3m.ids import SocketId
 from a3m.patterns import BUILTIN, GroupDirectory
 from a3m.runtime.cork import Cork
 from a3m.runtime.driver import Driver
@@ -45,7 +46,6 @@ from a3m.runtime.sockets import (
     Poller,
     ReceivedMessage,
     Socket,
-    SocketId,
     Steps,
     _check_timeout,
     _deadline,
@@ -352,7 +352,7 @@ class Node:
         """Node ids reported unreachable (silent for ``peer_timeout_s`` while holding messages
         of ours) and not heard from since."""
         with self._driver.lock:
-            return self._proto.unreachable_peers()
+            return list(self._proto.unreachable_peers())
 
     def _close_hidden(self, deadline: float | None) -> bool:
         """Close the sockets the application has no handle on (the group directory)."""

@@ -23,6 +23,7 @@ import os
 import socket
 import struct
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 SOL_UDP = 17
@@ -129,14 +130,18 @@ def offload_for(sock: socket.socket) -> Any:
     return UdpOffload(sock, gso=gso, gro=gro)
 
 
-def take_output(proto: Any, io: Any, now: float) -> Any:
-    """A turn's output for ``io.send``: the native engine's ``output_batch`` (sealed into one
+def turn_io(proto: Any, io: Any) -> tuple[Any, Any, Callable[[float], Any]]:
+    """How a turn reads and takes its output, chosen once per protocol and socket layer (the
+    same in both drivers): (:func:`fused_reader`'s fused read or None, ``io.recv`` or None,
+    ``output(now)``). The output is the native engine's ``output_batch`` (sealed into one
     buffer, no Python object per datagram) where both it and the socket layer are native,
-    else the protocol's ``datagrams_to_send`` list. Either is falsy when there is nothing."""
+    else the protocol's ``datagrams_to_send`` list; either is falsy when there is nothing."""
+    native_recv = getattr(io, "recv", None)
     batch = getattr(proto, "output_batch", None)
-    if batch is not None and hasattr(io, "recv"):
-        return batch(io, now)
-    return proto.datagrams_to_send(now)
+    output: Callable[[float], Any] = (
+        partial(batch, io) if batch is not None and native_recv is not None
+        else proto.datagrams_to_send)
+    return fused_reader(proto, io), native_recv, output
 
 
 def fused_reader(proto: Any, io: Any) -> Any:

@@ -138,7 +138,8 @@ class Socket:
             #: A stream's send in one native call (``a3m._native.FastSend``): a plain
             #: message while the buffer has room goes there without a Python frame; any
             #: other send runs :meth:`send` below (the socket held weakly: no cycle).
-            self.send = fast(self._sbuf, self._fast_size, Socket.send, weakref.ref(self)).send
+            self.send = fast(  # type: ignore[method-assign]
+                self._sbuf, self._fast_size, Socket.send, weakref.ref(self)).send
         #: Messages taken ahead from the core with their source (see :meth:`recv`).
         self._inbox: deque[tuple[bytes, tuple[str, str]]] = deque()
         self._prefetch = core.plain_recv
@@ -146,7 +147,8 @@ class Socket:
         if fast is not None and self._prefetch and type(self).recv is Socket.recv:
             #: ``recv`` in one native call while the inbox holds messages (its first lines
             #: below, natively); otherwise :meth:`recv` (the socket held weakly).
-            self.recv = fast(self._inbox, Socket.recv, weakref.ref(self)).recv
+            self.recv = fast(  # type: ignore[method-assign]
+                self._inbox, Socket.recv, weakref.ref(self)).recv
         #: Messages ever put in the inbox, and the flagged ones (sent with a cookie) among
         #: them, by that count: the application took one once fewer remain than its count.
         self._put = 0
