@@ -52,10 +52,12 @@ test: $(STAMP) native-check
 	$(BIN)/mypy
 	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest -q $(PARALLEL)
-	# the Python sources of the compiled cores, through their own tests and the simulations;
-	# the longest runs (the same code paths as shorter ones, at length) and the build test
-	# (it does not read A3M_PURE_PYTHON) ran above already
-	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PARALLEL) tests/exon tests/core tests/patterns tests/sim tests/test_compiled.py $(SOURCES_RUN_SKIP)
+	# the Python sources of the compiled cores, through their own tests and the simulations,
+	# and of the compiled runtime modules, through the drivers' and the node's tests; the
+	# longest runs (the same code paths as shorter ones, at length) and the build test (it
+	# does not read A3M_PURE_PYTHON) ran above already
+	A3M_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PARALLEL) tests/exon tests/core tests/patterns tests/sim tests/test_compiled.py \
+		tests/runtime/test_runtime_driver.py tests/runtime/test_runtime_node.py tests/runtime/test_runtime_aio.py $(SOURCES_RUN_SKIP)
 
 # The site: MyST pages and the API reference from the docstrings (docs/conf.py). Every run
 # reads every page again (-E), so a warning is never hidden by an earlier build; -n: every
