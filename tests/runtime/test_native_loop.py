@@ -4,6 +4,7 @@ needs it. Streams through it stay exact, in order, and the switch turns it off."
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -261,3 +262,46 @@ def test_the_loop_refuses_garbage_before_any_python_runs() -> None:
         after = rx.stats["exon"]
         for name, datagrams in kinds.items():
             assert after[name] - before[name] == rounds * len(datagrams), name
+
+
+def test_a_round_trip_runs_few_interpreted_functions_a_process() -> None:
+    """Issue 39's count: a REQ/REP round trip runs at most 8 interpreted Python functions in
+    each process (the compiled runtime's wait, turn, hooks and after-call run none; what
+    is left is the socket's own ``send``, ``recv`` and ``_take``). Both nodes live in this
+    process here, so the budget is twice that; every thread is counted (the profile hook is
+    set before the nodes start their I/O threads)."""
+    if not a3m.COMPILED:
+        pytest.skip("the compiled fast path is not built (its Python sources run)")
+    calls = [0]
+
+    def prof(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            calls[0] += 1
+
+    n = 300
+    threading.setprofile(prof)
+    sys.setprofile(prof)
+    try:
+        with _req_rep("calls") as (b, a, rep, req):
+            if not _engine_native(a):
+                pytest.skip("the Python engine was chosen (A3M_ENGINE)")
+
+            def serve() -> None:
+                for _ in range(n + 20):
+                    rep.send(rep.recv(timeout=20))
+
+            server = threading.Thread(target=serve)
+            server.start()
+            for _ in range(20):
+                req.send(b"x" * 64)
+                req.recv(timeout=20)
+            start = calls[0]
+            for _ in range(n):
+                req.send(b"x" * 64)
+                assert req.recv(timeout=20) == b"x" * 64
+            per_round_trip = (calls[0] - start) / n
+            server.join(30)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    assert per_round_trip <= 2 * 8, per_round_trip
