@@ -3,7 +3,7 @@
 A socket calls into its node's core under the node's lock (the driver's). In a stream it keeps
 its own send buffer and inbox, so that most sends and receives take only a small lock of its
 own (docs/design.md, "Runtimes"); the node's I/O turn drains the buffers
-(``Node._take_buffers``).
+(:func:`~a3m.runtime.node_turn.take_buffers`).
 """
 
 from __future__ import annotations
