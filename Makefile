@@ -11,10 +11,9 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# The compiled fast path (setup.py, mypyc) is rebuilt when a compiled module's source changes.
-COMPILED_SOURCES := $(wildcard src/a3m/core/*.py src/a3m/exon/*.py src/a3m/exon/secure/*.py src/a3m/patterns/*.py) \
-	src/a3m/runtime/driver.py src/a3m/runtime/node_turn.py src/a3m/runtime/offload.py \
-	src/a3m/aio/driver.py
+# The compiled fast path (setup.py, mypyc) is rebuilt when a compiled module's source changes
+# (the list is a3m/_compiled.py's, which setup.py reads too).
+COMPILED_SOURCES := $(shell $(PYTHON) -c "import runpy; print(' '.join(runpy.run_path('src/a3m/_compiled.py')['sources']('src')))")
 # The native data plane (setup.py, setuptools-rust) likewise when a Rust source changes.
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs native/src/*/*.rs)
 

@@ -99,9 +99,8 @@ class LoopDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = _INF
         self._soon = False  # a turn is scheduled with call_soon
-        self._in_turn = False
-        #: ``not self._in_turn``, read inline by the node as the threaded driver's flag
-        #: (``drv._sleeping or not drv._running``: no turn under way, without a call).
+        #: No turn is running (the threaded driver's flag, under its name: the node reads it
+        #: inline, ``drv._sleeping or not drv._running``).
         self._sleeping = True
         self._running = True
         self.io_errors = 0
@@ -174,13 +173,13 @@ class LoopDriver:
     @property
     def turn_under_way(self) -> bool:
         """A turn is running (the node calls in from its handlers): it sends what they add."""
-        return self._in_turn
+        return not self._sleeping
 
     def wake(self) -> None:
         """Make a turn happen soon (any thread)."""
         if threading.get_ident() != self._tid:
             self._threadsafe(self._schedule_soon)
-        elif not self._in_turn:
+        elif self._sleeping:
             self._schedule_soon()
 
     def wake_by(self, t: float) -> None:
@@ -194,7 +193,7 @@ class LoopDriver:
     def flush(self) -> None:
         """Under the lock, after an application call: send what the protocol has now, from
         the calling thread (a lone request leaves at once); its timer may now be earlier."""
-        if self._in_turn or not self._running:
+        if not self._sleeping or not self._running:
             return  # the turn sends it and re-arms
         proto = self.proto
         if proto.has_output():
@@ -508,7 +507,6 @@ class LoopDriver:
         proto = self.proto
         self.turns += 1
         with self.lock:
-            self._in_turn = True
             self._sleeping = False
             try:
                 buf = self._buf
@@ -559,7 +557,6 @@ class LoopDriver:
                 log.exception("a3m asyncio driver error (counted, loop continues)")
                 out = []
             finally:
-                self._in_turn = False
                 self._sleeping = True
             if out:
                 self._send(out)

@@ -123,7 +123,6 @@ class Node:
         self._on_turn: Callable[[float], None] = partial(on_turn, self)
         #: ``_after_call(now=-1.0, sock=None)``: see :func:`~a3m.runtime.node_turn.after_call`.
         self._after_call: Callable[..., None] = partial(after_call, self)
-        self._take_buffers: Callable[[float], None] = partial(take_buffers, self)
         self._driver = self._make_driver(bind, config)
 
     def _make_driver(self, bind: str | tuple[str, int], config: ExonConfig) -> Driver:
@@ -290,7 +289,7 @@ class Node:
                 return True
             now = time.monotonic()
             if self._buffering or self._stalled:
-                self._take_buffers(now)
+                take_buffers(self, now)
             self._check_open()
             self._bridge.pump(now)
             drv.wake()
