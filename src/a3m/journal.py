@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 SENT = "sent"
 DELIVERED = "delivered"
@@ -266,7 +266,7 @@ class NodeJournal:
 
 def read_journal(directory: str | os.PathLike[str]) -> pa.Table:
     """All journal rows under ``directory`` (every node), ``node`` restored from the path."""
-    import pyarrow.dataset as ds  # type: ignore[import-untyped]
+    import pyarrow.dataset as ds
 
     part = ds.partitioning(pa.schema([pa.field("node", pa.string())]), flavor="hive")
     files = sorted(str(p) for p in Path(directory).glob("node=*/part-*.parquet"))

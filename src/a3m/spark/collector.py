@@ -217,7 +217,7 @@ def _take(sock: Any, limit: int, window_s: float, a3m: Any) -> dict[str, Any]:
     """What the socket delivers within ``window_s`` (at most ``limit`` messages), as spool
     columns, taken in runs of one link's messages (one lock and one credit hand-off per
     take); ``received_at`` is read once per take."""
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
     nodes: list[str] = []
     sockets: list[str] = []

@@ -103,7 +103,7 @@ class FsLedger(Ledger):
     and moved into place (one object written whole, on object stores)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        import pyarrow.fs as pafs  # type: ignore[import-untyped]
+        import pyarrow.fs as pafs
 
         self.fs, root = pafs.FileSystem.from_uri(str(directory))
         self.root = root.rstrip("/")

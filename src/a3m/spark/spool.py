@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.fs as pafs  # type: ignore[import-untyped]
-import pyarrow.ipc as ipc  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
 
 SCHEMA = pa.schema([
     pa.field("node", pa.string(), nullable=False),
