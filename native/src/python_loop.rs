@@ -220,20 +220,29 @@ impl ExonCore {
             let now = monotonic();
             end.reads += read.items.len();
             let n = read.items.len();
-            let mut left: Option<usize> = None;
+            // Live sessions' DATA first, as `receive_datagrams` takes them (a flood's
+            // datagrams left to Python do not drag the stream behind them there): what is
+            // left keeps its order, and the Python turn's `receive_io` applies the same rule
+            // to all of it.
+            let mut held: Vec<usize> = Vec::new();
+            let mut ahead: i64 = 0;
             for i in 0..n {
                 let sa = read.items[i].2;
-                if !self.open_native(read.bytes_mut(i), sa, now, &tbl) && !self.refuse_native(read.bytes(i), &tbl) {
-                    left = Some(i);
-                    break;
+                if self.open_native(read.bytes_mut(i), sa, now, &tbl) {
+                    ahead += i64::from(!held.is_empty());
+                } else if !self.refuse_native(read.bytes(i), &tbl, !held.is_empty()) {
+                    held.push(i);
                 }
             }
-            if let Some(first) = left {
+            if ahead > 0 {
+                locked(&self.eng).stats.data_first += ahead;
+            }
+            if !held.is_empty() {
                 let mut pending = locked(&self.pending_rx);
-                for i in first..n {
+                for &i in &held {
                     pending.push((read.bytes(i).to_vec(), read.items[i].2));
                 }
-                self.left.fetch_add((n - first) as u64, Ordering::Relaxed);
+                self.left.fetch_add(held.len() as u64, Ordering::Relaxed);
                 drop(pending);
                 self.send_native(io, fd, now, &tbl, limit);
                 return end.done(PYTHON);
@@ -275,10 +284,11 @@ impl ExonCore {
     /// The secure layer's refusals that need no state but the session table (`open`'s
     /// first lines: a wrong version, a type it does not know, a datagram in clear, a sealed
     /// one too short or under the index of no session), counted as it counts them, before
-    /// any Python runs (a storm of garbage costs no turn); false: left to it. Only while
-    /// nothing waits in `pending_rx`: a handshake there may be about to install the session
-    /// a later datagram names.
-    fn refuse_native(&self, d: &[u8], tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>) -> bool {
+    /// any Python runs (a storm of garbage costs no turn); false: left to it. An unknown
+    /// index only while nothing waits for Python (`pending_rx`, or `behind`: something of
+    /// this read is left to it): a handshake there may be about to install the session it
+    /// names. The other refusals depend on no state.
+    fn refuse_native(&self, d: &[u8], tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>, behind: bool) -> bool {
         let n = d.len();
         let why = if n < 2 || d[0] != crate::wire::VERSION {
             Refused::Malformed
@@ -288,7 +298,10 @@ impl ExonCore {
                 DATA | CHALLENGE | RESPONSE => {
                     if n < crate::aead::OVERHEAD {
                         Refused::Truncated
-                    } else if table(tbl).by_index.contains_key(&crate::aead::index_of(d)) {
+                    } else if behind
+                        || table(tbl).by_index.contains_key(&crate::aead::index_of(d))
+                        || !locked(&self.pending_rx).is_empty()
+                    {
                         return false;
                     } else {
                         Refused::UnknownSession
@@ -299,9 +312,6 @@ impl ExonCore {
                 _ => Refused::Malformed,
             }
         };
-        if !locked(&self.pending_rx).is_empty() {
-            return false;
-        }
         locked(&self.eng).note_datagram(n);
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
         true

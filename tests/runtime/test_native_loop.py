@@ -264,6 +264,67 @@ def test_the_loop_refuses_garbage_before_any_python_runs() -> None:
             assert after[name] - before[name] == rounds * len(datagrams), name
 
 
+def test_a_flood_left_to_python_does_not_take_the_stream_with_it() -> None:
+    """Handshake datagrams (here forged INITIATEs) go to the Python secure layer, but the
+    stream's DATA read in the same batch after them is opened natively, ahead of them, as
+    ``receive_datagrams`` takes live sessions first: the loops hand Python no more datagrams
+    than the flood sent (before, everything read after the first INITIATE of a batch went
+    with it), and the stream stays exact and in order."""
+    import random
+    import socket
+
+    from a3m.benchmarks.storm import garbage
+
+    flood = garbage("initiate", random.Random(5), 400)
+    n = 3000
+    stop = threading.Event()
+    sent = [0]
+    with a3m.Node("flood-rx", bind="127.0.0.1:0", loopback_datagram_size=0) as rx, \
+            a3m.Node("flood-tx", bind="127.0.0.1:0", loopback_datagram_size=0) as tx, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+        if not _engine_native(rx):
+            pytest.skip("the Python engine was chosen (A3M_ENGINE)")
+        pull = rx.socket(a3m.PULL, "in")
+        tx.associate(rx.id, rx.address)
+        push = tx.socket(a3m.PUSH, "out")
+        push.link((rx.id, "in"))
+        assert push.wait_linked(timeout=10)
+        push.send(b"first", timeout=10)
+        assert pull.recv(timeout=10) == b"first"  # the handshake is behind us
+        left = rx._proto.loop_left()
+
+        def attack() -> None:
+            for d in flood:  # bounded: 400 datagrams, one every 0.2 ms at most
+                if stop.is_set():
+                    return
+                attacker.sendto(d, rx.address)
+                sent[0] += 1
+                time.sleep(0.0002)
+
+        got: list[bytes] = []
+
+        def read() -> None:
+            for _ in range(n):
+                got.append(pull.recv(timeout=20))
+
+        threads = [threading.Thread(target=attack), threading.Thread(target=read)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(n):
+                push.send(i.to_bytes(4, "big") * 250, timeout=20)
+            threads[1].join(30)
+        finally:
+            stop.set()
+            threads[0].join(10)
+        deadline = time.monotonic() + 10
+        while rx.stats["exon"]["cookie_invalid"] < sent[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rx.stats["exon"]["cookie_invalid"] == sent[0]
+        assert rx._proto.loop_left() - left <= sent[0]
+    assert got == [i.to_bytes(4, "big") * 250 for i in range(n)]
+
+
 def test_a_round_trip_runs_few_interpreted_functions_a_process() -> None:
     """Issue 39's count: a REQ/REP round trip runs at most 8 interpreted Python functions in
     each process (the compiled runtime's wait, turn, hooks and after-call run none; what
