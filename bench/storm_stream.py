@@ -1,0 +1,77 @@
+"""A stream under a storm, counted in units the CPU's speed does not move: the receiving
+node lives in this process (a PULL read by the main thread), the sender and the attacker are
+the ``a3m bench storm`` processes. Prints the stream's rate and the receiver's CPU per message
+(both move with the host), the datagrams the native loops handed to Python per second
+(``loop_left``: the flood's handshakes, and before the native loop opened live DATA ahead of
+them, the stream read after them too) and the driver's I/O-thread turns per second::
+
+    .venv/bin/python bench/storm_stream.py RATE [MESSAGES] [MIX]   # e.g. 20000 2000000 mixed
+
+Run it with RATE 0 and RATE 20000 one after the other, several times: a loaded host moves the
+rates by far more than the storm does.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import sys
+import time
+from typing import Any
+
+import a3m
+from a3m.benchmarks.storm import attacker, storm_sender
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main() -> None:
+    rate = float(sys.argv[1])
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 2_000_000
+    mix = sys.argv[3] if len(sys.argv) > 3 else "mixed"
+    ctx = mp.get_context("spawn")
+    with a3m.Node("storm-rx", loopback_datagram_size=0) as node:
+        pull = node.socket(a3m.PULL, "sink", capacity=4096)
+        drv = node._driver
+        turn, turns = drv._turn, [0]
+
+        def counted(*args: Any, **kw: Any) -> None:
+            turns[0] += 1
+            turn(*args, **kw)
+
+        drv._turn = counted  # (the I/O thread's turns; a leader's run inside its wait)
+        left = getattr(node._proto, "loop_left", lambda: 0)
+        stop, ready, results = ctx.Event(), ctx.Queue(), ctx.Queue()
+        procs = []
+        if rate:
+            att = ctx.Process(target=attacker, args=(node.address, rate, mix, ready, stop,
+                                                     results), daemon=True)
+            att.start()
+            procs.append(att)
+            ready.get(timeout=60)
+            time.sleep(0.3)  # the storm is on before the stream links
+        tx = ctx.Process(target=storm_sender, args=(node.address, results),
+                         kwargs={"messages": n, "size": 64}, daemon=True)
+        tx.start()
+        procs.append(tx)
+        pull.recv(timeout=60)
+        c0, t0, k0, l0 = cpu_s(), time.monotonic(), turns[0], left()
+        d0 = node.stats["exon"]["datagrams_in"]
+        for _ in range(n - 1):
+            pull.recv(timeout=60)
+        c1, t1, k1, l1 = cpu_s(), time.monotonic(), turns[0], left()
+        d1 = node.stats["exon"]["datagrams_in"]
+        stop.set()
+        for p in procs:
+            p.join(10)
+    dt = t1 - t0
+    print(f"storm {rate:g}/s {mix if rate else ''}: {n / dt:,.0f} msg/s, "
+          f"{1e6 * (c1 - c0) / n:.3f} us CPU a message; datagrams in {(d1 - d0) / dt:,.0f}/s, "
+          f"left to Python {(l1 - l0) / dt:,.0f}/s, I/O-thread turns {(k1 - k0) / dt:,.0f}/s")
+
+
+if __name__ == "__main__":
+    main()
