@@ -118,8 +118,17 @@ impl SendBuffer {
 
     /// From any thread: queue all of `items` (with `marks`, one each) if the buffer has
     /// room for all of them (False, nothing queued: take the lock).
-    #[pyo3(signature = (items, marks = None))]
-    fn offer_many(&self, py: Python<'_>, items: Vec<Py<PyAny>>, marks: Option<Vec<Py<PyAny>>>) -> bool {
+    #[pyo3(signature = (items, marks = None, max_size = -1))]
+    fn offer_many(&self, py: Python<'_>, items: Vec<Py<PyAny>>, marks: Option<Vec<Py<PyAny>>>, max_size: i64) -> bool {
+        if max_size >= 0 {
+            // (the twin's one pass: every item exactly bytes, none longer than max_size)
+            for item in &items {
+                match item.bind(py).cast_exact::<PyBytes>() {
+                    Ok(b) if b.as_bytes().len() as u64 <= max_size as u64 => {}
+                    _ => return false,
+                }
+            }
+        }
         let n = items.len();
         let mut g = self.lock();
         if g.room < n as i64 {

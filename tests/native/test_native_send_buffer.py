@@ -41,6 +41,12 @@ def _op(buf: Any, rng: Random, handed: list[Any]) -> Any:
         items = [b"b%d" % rng.randrange(1000) for _ in range(n)]
         marks = None if rng.random() < 0.5 else [
             None if rng.random() < 0.5 else f"d{i}" for i in range(n)]
+        if rng.random() < 0.5:  # checked: only bytes, none longer than max_size
+            if n and rng.random() < 0.2:
+                items[rng.randrange(n)] = rng.choice(
+                    [bytearray(b"ba"), memoryview(b"mv"), "str", 7])
+            max_size = rng.randrange(0, 6)
+            return ("offer_many", buf.offer_many(items, marks, max_size))
         return ("offer_many", buf.offer_many(items, marks))
     if kind == 4:
         take = rng.randrange(0, 6)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,30 @@ def test_the_windows_stop_a_batch_and_it_says_how_far_it_went() -> None:
             pull.recv_many(0)
         with pytest.raises(a3m.UsageError):
             push.send_many(["not bytes"])  # type: ignore[list-item]
+
+
+def test_a_batch_of_other_buffers_or_with_an_oversize_message() -> None:
+    """A list with a bytearray or a memoryview among its bytes goes the checked way (the send
+    buffer takes only bytes within the largest message, checked in one pass): all arrive, as
+    bytes, in order; a list with one message too large raises before any of it is sent."""
+    with pair() as (a, b, push, pull):
+        sent: list[bytes] = []
+        for i in range(30):  # a stream (the send buffer opens), within the link's 256 credits
+            batch: list[Any] = [b"a%d" % i, bytearray(b"b%d" % i), memoryview(b"c%d" % i),
+                                b"d%d" % i]
+            assert push.send_many(batch, timeout=10) == 4
+            sent += [bytes(x) for x in batch]
+            assert push.send_many([b"e%d" % i] * 3, timeout=10) == 3
+            sent += [b"e%d" % i] * 3
+        too_big = b"x" * a._core.max_message_size
+        with pytest.raises(a3m.MessageTooLarge):
+            push.send_many([b"fits", too_big], timeout=1)
+        got: list[bytes] = []
+        while len(got) < len(sent):
+            got += pull.recv_many(500, timeout=10)
+        assert got == sent
+        with pytest.raises(a3m.Timeout):
+            pull.recv_many(10, timeout=0.2)  # nothing of the refused list went
 
 
 def test_the_asyncio_forms() -> None:

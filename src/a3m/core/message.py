@@ -221,18 +221,19 @@ def split_batch(body: bytes) -> list[bytes]:
     size = len(body)
     if size < 4:
         raise _bad("BATCH cut short")
-    (n,) = U32.unpack_from(body, 0)
-    off = 4 + 4 * n
+    # (typed: the compiled build adds the offsets as machine integers and slices the bytes
+    # directly, without a slice object per message)
+    n: int = U32.unpack_from(body, 0)[0]
+    off: int = 4 + 4 * n
     if n == 0 or off > size:
         raise _bad("BATCH count does not fit")
-    lens = struct.unpack_from(f">{n}I", body, 4)
+    lens: tuple[int, ...] = struct.unpack_from(f">{n}I", body, 4)
     if off + sum(lens) != size:
         raise _bad("BATCH lengths do not match its size")
     out: list[bytes] = []
-    append = out.append
     for length in lens:
         end = off + length
-        append(body[off:end])
+        out.append(body[off:end])
         off = end
     return out
 

@@ -59,11 +59,15 @@ class RecvPath(SendPath):
                 return
         elif mtype == m.BATCH:
             if not isinstance(payload, list):
+                body: bytes = payload
                 try:
-                    payload = m.split_batch(payload)
+                    payload = m.split_batch(body)
                 except ProtocolViolation as exc:
                     self.protocol_violation(link, str(exc))
                     return
+                size = len(body) - 4 - 4 * len(payload)  # (split_batch checked the lengths)
+            else:
+                size = sum(map(len, payload))
             span = len(payload)
             room = link.recv.max_edge - link.recv.received
             if span > room:  # what its credits covered is kept, as for DATA one by one
@@ -72,7 +76,7 @@ class RecvPath(SendPath):
                 if not link.closed:  # (the part it could send may have ended the link)
                     self.protocol_violation(link, "sent beyond its credits")
                 return
-            link.recv.on_arrival(sum(map(len, payload)), span)
+            link.recv.on_arrival(size, span)
         else:
             link.ctrl_pending += 1
             if link.ctrl_pending > CTRL_ALLOWANCE:

@@ -64,12 +64,7 @@ class SendPath(CookiePart):
                       **kw: Any) -> int:
         """Send the first messages of ``payloads`` that can go now; returns how many.
         ``cookies``: one per message (None: that message has none)."""
-        if not self.sends:
-            raise UsageError(f"a {self.kind} socket cannot send")
-        if self.closed:
-            raise UsageError("socket is closed")
-        if kw:
-            self.check_send_keywords(kw)
+        self._check_sender(kw)
         if not payloads:
             return 0
         largest = max(map(len, payloads))
@@ -77,6 +72,27 @@ class SendPath(CookiePart):
             raise MessageTooLarge(
                 f"{largest} bytes > the largest message this node sends "
                 f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
+        return self._send_many(payloads, cookies, kw)
+
+    def try_send_sized(self, payloads: list[bytes], cookies: list[Any] | None = None) -> int:
+        """:meth:`try_send_many` for messages each already known to be within the largest
+        message this node sends (a runtime's send buffer checks them as they are offered):
+        no second pass over their sizes."""
+        self._check_sender({})
+        if not payloads:
+            return 0
+        return self._send_many(payloads, cookies, {})
+
+    def _check_sender(self, kw: dict[str, Any]) -> None:
+        if not self.sends:
+            raise UsageError(f"a {self.kind} socket cannot send")
+        if self.closed:
+            raise UsageError("socket is closed")
+        if kw:
+            self.check_send_keywords(kw)
+
+    def _send_many(self, payloads: list[bytes], cookies: list[Any] | None,
+                   kw: dict[str, Any]) -> int:
         if cookies is not None:
             if len(cookies) != len(payloads):
                 raise UsageError("send_many: one cookie per message (None for none)")
@@ -234,11 +250,10 @@ class SendPath(CookiePart):
             limit = min(limit, whole - 20 - len(head))
         lens = m.batch_lengths(payloads)  # (the BATCH body is made from them too)
         sizes = lens if lens is not None else list(map(len, payloads))
-        total = sum(sizes)
-        if total + 4 * n <= limit:
-            node.emit(dst, m.encode_batch_with_head(head, seq, payloads, lens, total))
-            return
         ends = list(accumulate(sizes, initial=0))  # ends[i]: bytes of the first i (in C)
+        if ends[n] + 4 * n <= limit:
+            node.emit(dst, m.encode_batch_with_head(head, seq, payloads, lens, ends[n]))
+            return
         start = 0
         while start < n:
             # The longest run from ``start`` within the limit at 4 more bytes a message (at

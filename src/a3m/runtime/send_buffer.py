@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 _T = TypeVar("_T")
 
@@ -50,9 +50,16 @@ class SendBuffer(Generic[_T]):
                 return True
         return False
 
-    def offer_many(self, items: list[_T], marks: list[Any] | None = None) -> bool:
+    def offer_many(self, items: list[_T], marks: list[Any] | None = None,
+                   max_size: int = -1) -> bool:
         """From any thread: queue all of ``items`` (with ``marks``, one each) if the buffer
-        has room for all of them (False, nothing queued: take the lock)."""
+        has room for all of them (False, nothing queued: take the lock). With ``max_size``
+        (>= 0), only if every item is ``bytes`` of at most that many bytes: a socket's
+        ``send_many`` checks its messages here, one pass for both."""
+        if max_size >= 0 and items:
+            sized = cast("list[bytes]", items)
+            if set(map(type, sized)) != {bytes} or max(map(len, sized)) > max_size:
+                return False
         with self._lock:
             if self.room >= len(items):
                 self.room -= len(items)

@@ -263,16 +263,15 @@ class Socket:
         marks = None if cookies is None else list(cookies)
         if marks is not None and len(marks) != len(items):
             raise UsageError("send_many: one cookie per message (None for none)")
-        if set(map(type, items)) != {bytes}:  # (in C: most batches are bytes already)
-            items = [m if type(m) is bytes else _as_bytes(m) for m in items]
         buf = self._sbuf
         n = len(items)
-        if (buf.room >= n > 0 and not kw and max(map(len, items)) <= self._fast_size
-                and (timeout is None or timeout >= 0) and (
+        if (buf.room >= n > 0 and not kw and (timeout is None or timeout >= 0) and (
                     marks is None
                     or self._core.jar.held + len(buf) + n <= self._core.jar.limit)
-                and buf.offer_many(items, marks)):
-            return n  # (the buffer is open: see send)
+                and buf.offer_many(items, marks, self._fast_size)):
+            return n  # (the buffer is open: see send; it checked types and sizes, one pass)
+        if set(map(type, items)) != {bytes}:  # (in C: most batches are bytes already)
+            items = [m if type(m) is bytes else _as_bytes(m) for m in items]
         _check_timeout(timeout)
         drv = self.node._driver
         core = self._core
@@ -571,8 +570,9 @@ class Socket:
         self.node._reading_ahead.discard(self)
 
     def _hand_on(self, items: list[bytes], cookies: list[Any] | None) -> int:
-        """The buffered sends to the core, with their cookies: how many it took."""
-        return self._core.try_send_many(items, cookies)
+        """The buffered sends to the core, with their cookies: how many it took (each was
+        checked against the largest message as it was offered)."""
+        return self._core.try_send_sized(items, cookies)
 
     def _why_blocked(self, cookie: bool = False) -> str:
         why = self._core.blocked_reason()
