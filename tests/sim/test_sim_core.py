@@ -14,7 +14,14 @@ from a3m.testing.sim_node import NodeHost
 
 from .conftest import SIMULATED
 
-CFG = ExonConfig(idle_release_s=0.5, probe_interval_s=1.0, probe_interval_max_s=4.0)
+# peer_timeout_s: at 40 % loss each way (l40 below) a live peer misses all eight chances the
+# default 15 s gives it with probability 0.64^8 = 2.8 % per silent stretch
+# (docs/exon-wire.md, "Peer liveness"): the node then ends the link, and what was in flight
+# on it without a cookie is gone (seed 5986 of both-link-l40, about one run in 200). These
+# tests are about links and exactly-once under faults, not that signal: 60 s gives 30
+# chances, 1.5e-6.
+CFG = ExonConfig(idle_release_s=0.5, probe_interval_s=1.0, probe_interval_max_s=4.0,
+                 peer_timeout_s=60.0)
 
 
 def hosts(net: Network, *names: str) -> dict[str, NodeHost]:
