@@ -369,6 +369,36 @@ impl FastRecv {
         let owner = live_owner(py, &self.owner)?;
         Ok(self.slow.bind(py).call1((owner, timeout))?.unbind())
     }
+
+    /// The socket's ``recv_many`` (a ``FastRecv`` made with ``Socket.recv_many`` as its
+    /// slow way): up to ``max_items`` payloads from the inbox in one call, as the Python
+    /// method's first lines take them; nothing there, or ``max_items`` not an int >= 1: the
+    /// Python method (which waits, or says what is wrong).
+    #[pyo3(signature = (max_items, timeout = None))]
+    fn recv_many(&self, py: Python<'_>, max_items: &Bound<'_, PyAny>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        let want = match max_items.cast_exact::<PyInt>() {
+            Ok(i) => i.extract::<i64>().unwrap_or(0),
+            Err(_) => 0,
+        };
+        if want >= 1 {
+            let inbox = self.inbox.bind(py);
+            let n = (inbox.len().unwrap_or(0) as i64).min(want);
+            let mut out: Vec<Bound<'_, PyAny>> = Vec::with_capacity(n.max(0) as usize);
+            for _ in 0..n {
+                match inbox.call_method0(pyo3::intern!(py, "popleft")) {
+                    Ok(item) => out.push(item.get_item(0)?),
+                    // (another thread took the rest first)
+                    Err(e) if e.is_instance_of::<pyo3::exceptions::PyIndexError>(py) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            if !out.is_empty() {
+                return Ok(PyList::new(py, out)?.into_any().unbind());
+            }
+        }
+        let owner = live_owner(py, &self.owner)?;
+        Ok(self.slow.bind(py).call1((owner, max_items, timeout))?.unbind())
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -267,11 +267,14 @@ class FastSend:
 class FastRecv:
     """A socket's ``recv`` in one native call (its bound ``recv`` method is the socket's):
     the payload of the first ``(payload, source)`` of ``inbox`` (a deque) while it holds
-    one, else ``slow(owner(), timeout)``."""
+    one, else ``slow(owner(), timeout)``. Made with ``Socket.recv_many`` as ``slow``, its
+    ``recv_many`` is the socket's: up to ``max_items`` payloads from the inbox, else
+    ``slow(owner(), max_items, timeout)``."""
 
     def __init__(self, inbox: Any, slow: Callable[..., Any],
                  owner: Callable[[], Any]) -> None: ...
     def recv(self, timeout: Any = None) -> Any: ...
+    def recv_many(self, max_items: Any, timeout: Any = None) -> Any: ...
 
 class PollChoiceCore:
     """Twin of :class:`a3m.runtime.poll_choice.PollChoice` (the choice ``lead_io`` makes)."""

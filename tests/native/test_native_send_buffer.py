@@ -117,6 +117,10 @@ class _Owner:
         self.slow.append(("recv", timeout))
         return "slow"
 
+    def recv_many(self, max_items: Any, timeout: Any = None) -> str:
+        self.slow.append(("recv_many", max_items, timeout))
+        return "slow"
+
 
 def test_fast_send_takes_plain_messages_and_leaves_the_rest_to_python() -> None:
     owner = _Owner()
@@ -153,6 +157,28 @@ def test_fast_recv_takes_the_inbox_s_first_payload_or_asks_python() -> None:
         recv()
 
 
+def test_fast_recv_many_takes_what_the_inbox_holds_or_asks_python() -> None:
+    """As ``Socket.recv_many``'s first lines: up to ``max_items`` payloads from the inbox, in
+    order; an empty inbox or a ``max_items`` that is not an int >= 1 goes to the Python
+    method (which waits, or raises UsageError)."""
+    owner = _Owner()
+    inbox: deque[tuple[bytes, Any]] = deque((b"m%d" % i, ("n", "t")) for i in range(5))
+    recv_many = native.FastRecv(inbox, _Owner.recv_many, weakref.ref(owner)).recv_many
+    assert recv_many(2) == [b"m0", b"m1"]
+    assert recv_many(10, timeout=1) == [b"m2", b"m3", b"m4"] and not inbox
+    assert recv_many(3, 0.5) == "slow"
+    inbox.append((b"m5", ("n", "t")))
+    for bad in (0, -1, 2.0, "2", True):
+        assert recv_many(bad) == "slow"
+    assert owner.slow == [("recv_many", 3, 0.5)] + [("recv_many", b, None)
+                                                    for b in (0, -1, 2.0, "2", True)]
+    assert list(inbox) == [(b"m5", ("n", "t"))]
+    del owner  # (a socket let go: what its inbox holds can still be taken, then Closed)
+    assert recv_many(1, 0) == [b"m5"]
+    with pytest.raises(a3m.Closed):
+        recv_many(1, 0)
+
+
 def test_a_socket_sends_and_receives_through_the_native_ways() -> None:
     """A stream's sends and receives go the native ways (the buffer and inbox are the native
     twins'), and the messages arrive exact and in order; a send the fast way leaves to
@@ -170,7 +196,10 @@ def test_a_socket_sends_and_receives_through_the_native_ways() -> None:
         for i in range(n):
             push.send(i.to_bytes(4, "big"), timeout=10)
         push.send(b"last", timeout=10, cookie="last")
-        got = [pull.recv(timeout=10) for _ in range(n + 1)]
+        got = [pull.recv(timeout=10) for _ in range(n // 2)]
+        assert type(pull.recv_many).__name__ == "builtin_function_or_method"
+        while len(got) < n + 1:
+            got += pull.recv_many(7, timeout=10)
         assert got == [i.to_bytes(4, "big") for i in range(n)] + [b"last"]
         assert push.recv_cookie(timeout=10).value == "last"
         with pytest.raises(a3m.UsageError, match="bytes"):

@@ -149,6 +149,11 @@ class Socket:
             #: below, natively); otherwise :meth:`recv` (the socket held weakly).
             self.recv = fast(  # type: ignore[method-assign]
                 self._inbox, Socket.recv, weakref.ref(self)).recv
+        if fast is not None and self._prefetch and type(self).recv_many is Socket.recv_many:
+            #: ``recv_many`` in one native call while the inbox holds messages (its first
+            #: lines below); otherwise :meth:`recv_many`.
+            self.recv_many = fast(  # type: ignore[method-assign]
+                self._inbox, Socket.recv_many, weakref.ref(self)).recv_many
         #: Messages ever put in the inbox, and the flagged ones (sent with a cookie) among
         #: them, by that count: the application took one once fewer remain than its count.
         self._put = 0
