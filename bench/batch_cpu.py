@@ -11,26 +11,25 @@ Run it beside an older tree (``PYTHONPATH=that/src``), interleaved, to compare t
 from __future__ import annotations
 
 import multiprocessing as mp
-import resource
 import sys
 from typing import Any
 
 from a3m.benchmarks.pushpull import pull_receiver, push_sender
-
-
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+from a3m.benchmarks.work import Work
 
 
 def receiver(ready: Any, results: Any, messages: int, size: int, **kw: Any) -> None:
+    work = Work()
+    work.start()
     pull_receiver(ready, results, messages, size, **kw)
-    results.put({"side": "receiver_cpu", "cpu": _cpu()})
+    results.put({"side": "receiver_work", **work.report(messages)})
 
 
 def sender(address: Any, results: Any, messages: int, size: int, **kw: Any) -> None:
+    work = Work()
+    work.start()
     push_sender(address, results, messages, size, **kw)
-    results.put({"side": "sender_cpu", "cpu": _cpu()})
+    results.put({"side": "sender_work", **work.report(messages)})
 
 
 def main() -> None:
@@ -50,8 +49,8 @@ def main() -> None:
     rx.join(60)
     tx.join(60)
     print(f"batch {batch}: {out['receiver']['msgs_per_s']:,.0f} msg/s; CPU a message: sender "
-          f"{1e6 * out['sender_cpu']['cpu'] / n:.3f} us, receiver "
-          f"{1e6 * out['receiver_cpu']['cpu'] / n:.3f} us")
+          f"{out['sender_work']['cpu_us']:.3f} us, receiver "
+          f"{out['receiver_work']['cpu_us']:.3f} us")
 
 
 if __name__ == "__main__":

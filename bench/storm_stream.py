@@ -14,18 +14,13 @@ rates by far more than the storm does.
 from __future__ import annotations
 
 import multiprocessing as mp
-import resource
 import sys
 import time
 from typing import Any
 
 import a3m
 from a3m.benchmarks.storm import attacker, storm_sender
-
-
-def cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+from a3m.benchmarks.work import Work
 
 
 def main() -> None:
@@ -58,18 +53,21 @@ def main() -> None:
         tx.start()
         procs.append(tx)
         pull.recv(timeout=60)
-        c0, t0, k0, l0 = cpu_s(), time.monotonic(), turns[0], left()
+        work = Work()
+        work.start()
+        t0, k0, l0 = time.monotonic(), turns[0], left()
         d0 = node.stats["exon"]["datagrams_in"]
         for _ in range(n - 1):
             pull.recv(timeout=60)
-        c1, t1, k1, l1 = cpu_s(), time.monotonic(), turns[0], left()
+        cpu_us = work.report(n - 1)["cpu_us"]
+        t1, k1, l1 = time.monotonic(), turns[0], left()
         d1 = node.stats["exon"]["datagrams_in"]
         stop.set()
         for p in procs:
             p.join(10)
     dt = t1 - t0
-    print(f"storm {rate:g}/s {mix if rate else ''}: {n / dt:,.0f} msg/s, "
-          f"{1e6 * (c1 - c0) / n:.3f} us CPU a message; datagrams in {(d1 - d0) / dt:,.0f}/s, "
+    print(f"storm {rate:g}/s {mix if rate else ''}: {(n - 1) / dt:,.0f} msg/s, "
+          f"{cpu_us:.3f} us CPU a message; datagrams in {(d1 - d0) / dt:,.0f}/s, "
           f"left to Python {(l1 - l0) / dt:,.0f}/s, I/O-thread turns {(k1 - k0) / dt:,.0f}/s")
 
 

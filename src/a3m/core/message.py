@@ -238,6 +238,12 @@ def split_batch(body: bytes) -> list[bytes]:
     return out
 
 
+def batch_payload_bytes(body_size: int, count: int) -> int:
+    """The payloads' total size in a BATCH body of ``body_size`` bytes that
+    :func:`split_batch` split into ``count`` payloads (it checked that they fill it)."""
+    return body_size - 4 - 4 * count
+
+
 #: Bytes a DATA message adds to its payload at most: the fixed header, two tags of the longest
 #: length, incarnations and seq, plus room for a pattern's framing (a request id, say).
 DATA_OVERHEAD_MAX = FIXED.size + 2 * 256 + INCS.size + SEQ.size + 64

@@ -65,7 +65,7 @@ class RecvPath(SendPath):
                 except ProtocolViolation as exc:
                     self.protocol_violation(link, str(exc))
                     return
-                size = len(body) - 4 - 4 * len(payload)  # (split_batch checked the lengths)
+                size = m.batch_payload_bytes(len(body), len(payload))
             else:
                 size = sum(map(len, payload))
             span = len(payload)

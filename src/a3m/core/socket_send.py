@@ -31,16 +31,8 @@ class SendPath(CookiePart):
     def try_send(self, payload: bytes, cookie: object | None = None, **kw: Any) -> bool:
         """Send now if a link takes it (False: it must wait). ``cookie``: the outcome of the
         message, per peer it went to, comes back with it (:meth:`take_cookies`)."""
-        if not self.sends:
-            raise UsageError(f"a {self.kind} socket cannot send")
-        if self.closed:
-            raise UsageError("socket is closed")
-        if kw:
-            self.check_send_keywords(kw)
-        if len(payload) > self.node.max_message_size - m.DATA_OVERHEAD_MAX:
-            raise MessageTooLarge(
-                f"{len(payload)} bytes > the largest message this node sends "
-                f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
+        self._check_sender(kw)
+        self._check_size(len(payload))
         if cookie is not None:
             if self.jar.full:
                 return False  # the application reads its outcomes first
@@ -67,11 +59,7 @@ class SendPath(CookiePart):
         self._check_sender(kw)
         if not payloads:
             return 0
-        largest = max(map(len, payloads))
-        if largest > self.node.max_message_size - m.DATA_OVERHEAD_MAX:
-            raise MessageTooLarge(
-                f"{largest} bytes > the largest message this node sends "
-                f"({self.node.max_message_size - m.DATA_OVERHEAD_MAX} bytes)")
+        self._check_size(max(map(len, payloads)))
         return self._send_many(payloads, cookies, kw)
 
     def try_send_sized(self, payloads: list[bytes], cookies: list[Any] | None = None) -> int:
@@ -83,7 +71,16 @@ class SendPath(CookiePart):
             return 0
         return self._send_many(payloads, cookies, {})
 
+    def _check_size(self, size: int) -> None:
+        """MessageTooLarge for a payload of ``size`` bytes this node cannot send."""
+        largest = self.node.max_message_size - m.DATA_OVERHEAD_MAX
+        if size > largest:
+            raise MessageTooLarge(
+                f"{size} bytes > the largest message this node sends ({largest} bytes)")
+
     def _check_sender(self, kw: dict[str, Any]) -> None:
+        """UsageError unless this socket sends and is open; TypeError for a keyword its
+        pattern's send does not take."""
         if not self.sends:
             raise UsageError(f"a {self.kind} socket cannot send")
         if self.closed:
