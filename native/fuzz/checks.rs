@@ -9,10 +9,13 @@
 //!   (TOKEN and ACK, which the crate encodes, re-encode to exactly their bytes; the others
 //!   are their fixed size and start with their type); without an error they end the buffer.
 //! - `aead_open`: never panics, whatever the length; what opens seals back to the same bytes.
+//! - `split_batch`: never panics; a body that splits is made again, byte for byte, from its
+//!   payloads; a refusal is one of the three of `batch`.
 
 #![allow(dead_code)]
 
 use a3m_native::aead::{self, Cipher};
+use a3m_native::batch;
 use a3m_native::wire::{self, Frame, WireError};
 
 /// The message-size bounds each datagram is decoded at (as the Python replay does).
@@ -142,4 +145,22 @@ pub fn open(data: &[u8]) -> Option<Vec<u8>> {
     c.seal(&mut again, data[0], data[1], aead::index_of(data), aead::counter_of(data), &plain);
     assert_eq!(again, data, "an opened datagram that does not seal back");
     Some(plain)
+}
+
+/// The checks of `batch::split` on `data` (a BATCH body); the payloads' count when it splits.
+pub fn split_batch(data: &[u8]) -> Option<usize> {
+    match batch::split(data) {
+        Ok(parts) => {
+            assert!(!parts.is_empty());
+            // the body is the message less its fixed header (8) and sequence number (8)
+            let again = batch::encode_batch(b"", 0, &parts).expect("a body that split fits");
+            assert_eq!(&again[16..], data, "a split body made again differs");
+            Some(parts.len())
+        }
+        Err(why) => {
+            assert!([batch::CUT_SHORT, batch::COUNT_DOES_NOT_FIT, batch::LENGTHS_DO_NOT_MATCH]
+                .contains(&why));
+            None
+        }
+    }
 }

@@ -1,6 +1,7 @@
 """Seed the fuzz corpora with valid datagrams (and a few damaged ones), made by the Python
 twins, the specification: ``.venv/bin/python native/fuzz/make_seeds.py DIR`` writes
-``DIR/<target>/<sha1>`` (libFuzzer's naming) for decode_frames, decode_header and aead_open.
+``DIR/<target>/<sha1>`` (libFuzzer's naming) for decode_frames, decode_header, aead_open
+and split_batch.
 The kept corpora (tests/fuzz/corpus/) were seeded so, then fuzzed and minimized
 (docs/testing.md, "The native data plane").
 """
@@ -11,6 +12,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+from a3m.core.message import encode_batch_body
 from a3m.exon import wire
 from a3m.exon.secure import packets
 from a3m.exon.secure.aead import PyCipher
@@ -60,6 +62,13 @@ def sealed() -> list[bytes]:
     return out
 
 
+def batch_bodies() -> list[bytes]:
+    good = [encode_batch_body(ps) for ps in (
+        [b"a", b"bc"], [b"", b""], [b"x" * 64] * 20, [bytes(range(256)), b"", b"z"])]
+    return good + [b"", b"\x00\x00\x00\x00", b"\xff\xff\xff\xff", good[0][:-1],
+                   good[0] + b"!", b"\x00\x00\x00\x02\xff\xff\xff\xff\x00\x00\x00\x0d"]
+
+
 def write(root: Path, target: str, items: list[bytes]) -> None:
     d = root / target
     d.mkdir(parents=True, exist_ok=True)
@@ -72,3 +81,4 @@ if __name__ == "__main__":
     write(root, "decode_frames", datagrams())
     write(root, "decode_header", datagrams())
     write(root, "aead_open", sealed())
+    write(root, "split_batch", batch_bodies())

@@ -8,6 +8,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod aead;
+pub mod batch;
 pub mod exon;
 pub mod poll_choice;
 pub mod replay;
@@ -18,6 +19,8 @@ pub mod wire;
 pub mod python;
 #[cfg(feature = "python")]
 pub mod python_engine;
+#[cfg(feature = "python")]
+pub mod python_batch;
 #[cfg(feature = "python")]
 pub mod python_io;
 #[cfg(feature = "python")]

@@ -1,7 +1,7 @@
 //! The kept fuzz corpora (`tests/fuzz/corpus/<target>/`, made by `native/fuzz`) replayed on
 //! every `cargo test`: each file through the checks its target makes (`native/fuzz/checks.rs`:
 //! no panic, errors "truncated" or "malformed", decoded frames lying back to back and TOKEN
-//! and ACK re-encoding to their bytes, what opens sealing back). The codec's corpora go through
+//! and ACK re-encoding to their bytes, what opens sealing back, a split BATCH body made again). The codec's corpora go through
 //! both decoders' checks. A failing file is named.
 
 #[path = "../fuzz/checks.rs"]
@@ -11,7 +11,7 @@ use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-const TARGETS: [&str; 3] = ["aead_open", "decode_frames", "decode_header"];
+const TARGETS: [&str; 4] = ["aead_open", "decode_frames", "decode_header", "split_batch"];
 
 fn corpus_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fuzz/corpus")
@@ -76,6 +76,15 @@ fn aead_open_corpus() {
     // The key still opens what it sealed: the corpus was made with checks::KEY.
     let opened = corpus("aead_open").iter().filter(|(_, d)| checks::open(d).is_some()).count();
     assert!(opened > 0, "no datagram of the aead_open corpus opens with checks::KEY");
+}
+
+#[test]
+fn split_batch_corpus() {
+    replay("split_batch", |data| {
+        checks::split_batch(data);
+    });
+    let split = corpus("split_batch").iter().filter(|(_, d)| checks::split_batch(d).is_some()).count();
+    assert!(split > 0, "no body of the split_batch corpus splits");
 }
 
 #[test]

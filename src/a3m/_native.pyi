@@ -26,6 +26,12 @@ def decode_frames(data: bytes, offset: int, max_message_size: int
                   ) -> tuple[list[tuple[Any, ...]], Any]:
     """Twin of :func:`a3m.exon.wire.decode_frames`: (frames, ``WireError`` or None)."""
 
+def batch_runs(head: bytes, seq: int, payloads: list[bytes], limit: int) -> list[bytes]:
+    """Twin of :func:`a3m.core.message.batch_runs` (payloads: bytes only, ``limit`` >= 0)."""
+
+def split_batch(body: bytes) -> list[bytes]:
+    """Twin of :func:`a3m.core.message.split_batch`; raises its ``ProtocolViolation``."""
+
 class Cipher:
     """One direction of a secure session, ChaCha20-Poly1305 (ring); twin of
     :class:`a3m.exon.secure.aead.PyCipher`."""

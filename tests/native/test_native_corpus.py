@@ -2,7 +2,8 @@
 through both twins: every codec file decodes to the same header, frames and error in the
 native codec and in ``a3m.exon.wire`` (from the header's offset and from the first bytes, at
 the fuzz targets' two message-size bounds), and every ``aead_open`` file opens to the same
-plaintext, or to None, in the native Cipher and in PyCipher (the targets' fixed key).
+plaintext, or to None, in the native Cipher and in PyCipher (the targets' fixed key), and
+every ``split_batch`` file splits to the same payloads, or the same refusal, in both.
 
 The Rust side (``native/tests/corpus_replay.rs``) replays the same files through the
 targets' own checks; this side compares the twins on what the fuzzer found interesting.
@@ -14,12 +15,13 @@ import pytest
 
 from a3m.exon.secure.aead import PyCipher
 
+from .test_native_batch import split_both
 from .twins import CORPUS, datagram_both, frames_both, native
 
 #: The fuzz targets' bounds and key (native/fuzz/checks.rs: MAX_MESSAGE_SIZES, KEY).
 MAX_MESSAGE_SIZES = [1 << 20, (1 << 64) - 1]
 KEY = bytes([0x42]) * 32
-TARGETS = ["aead_open", "decode_frames", "decode_header"]
+TARGETS = ["aead_open", "decode_frames", "decode_header", "split_batch"]
 
 
 def files(target: str) -> list[pytest.ParameterSet]:
@@ -46,6 +48,11 @@ def test_the_codec_corpus_decodes_the_same_in_both(data: bytes) -> None:
 @pytest.mark.parametrize("data", files("aead_open"))
 def test_the_aead_corpus_opens_the_same_in_both(data: bytes) -> None:
     assert PyCipher(KEY).open(data) == native.Cipher(KEY).open(data)
+
+
+@pytest.mark.parametrize("data", files("split_batch"))
+def test_the_batch_corpus_splits_the_same_in_both(data: bytes) -> None:
+    split_both(data)
 
 
 def test_some_of_the_aead_corpus_opens() -> None:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Final
 
+from a3m._dataplane import native as _native
 from a3m.core.cookies import decode_taken
 from a3m.errors import ProtocolViolation
 
@@ -215,6 +218,39 @@ def _batch_parts(payloads: list[bytes], lens: array[int] | None = None, total: i
     return parts, total
 
 
+def batch_runs(head: bytes, seq: int, payloads: list[bytes], limit: int) -> list[bytes]:
+    """The messages that carry ``payloads`` (two or more) numbered from ``seq`` on a link of
+    ``head`` (:func:`data_head`): BATCHes of the longest runs whose payload bytes, 4 more a
+    message, stay within ``limit``; a run of one (a message above the limit) as DATA. ``seq``
+    may carry the cookie bit (every run then does)."""
+    n = len(payloads)
+    lens = batch_lengths(payloads)  # (the BATCH body is made from them too)
+    sizes = lens if lens is not None else list(map(len, payloads))
+    ends = list(accumulate(sizes, initial=0))  # ends[i]: bytes of the first i (in C)
+    if ends[n] + 4 * n <= limit:
+        return [encode_batch_with_head(head, seq, payloads, lens, ends[n])]
+    out: list[bytes] = []
+    start = 0
+    while start < n:
+        # The longest run from ``start`` within the limit at 4 more bytes a message (at
+        # least one message): a binary search over the running totals.
+        lo, hi, base = start + 1, n, ends[start] + 4 * start
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if ends[mid] + 4 * mid - base <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo == start + 1:
+            out.append(encode_with_head(head, seq + start, payloads[start]))
+        else:
+            out.append(encode_batch_with_head(
+                head, seq + start, payloads[start:lo],
+                None if lens is None else lens[start:lo], ends[lo] - ends[start]))
+        start = lo
+    return out
+
+
 def split_batch(body: bytes) -> list[bytes]:
     """The payloads of a BATCH body (after its sequence number); raises
     :class:`ProtocolViolation` unless the lengths account for every byte exactly."""
@@ -236,6 +272,15 @@ def split_batch(body: bytes) -> list[bytes]:
         out.append(body[off:end])
         off = end
     return out
+
+
+#: What the core runs: ``a3m._native``'s twins where ``a3m.NATIVE`` (the same messages and
+#: payloads from the same inputs, the same refusals: tests/native/test_native_batch.py), else
+#: the two above, the specification. One call per BATCH either way.
+BATCH_RUNS: Final[Callable[[bytes, int, list[bytes], int], list[bytes]]] = (
+    batch_runs if _native is None else _native.batch_runs)
+SPLIT_BATCH: Final[Callable[[bytes], list[bytes]]] = (
+    split_batch if _native is None else _native.split_batch)
 
 
 def batch_payload_bytes(body_size: int, count: int) -> int:

@@ -61,7 +61,7 @@ class RecvPath(SendPath):
             if not isinstance(payload, list):
                 body: bytes = payload
                 try:
-                    payload = m.split_batch(body)
+                    payload = m.SPLIT_BATCH(body)
                 except ProtocolViolation as exc:
                     self.protocol_violation(link, str(exc))
                     return

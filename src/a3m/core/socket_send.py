@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from itertools import accumulate
 from random import Random
 from typing import Any
 
@@ -244,31 +243,9 @@ class SendPath(CookiePart):
         limit = node.batch_bytes
         whole = node.unfragmented(dst)
         if whole is not None:  # (less the fixed header, sequence and count: 20 bytes)
-            limit = min(limit, whole - 20 - len(head))
-        lens = m.batch_lengths(payloads)  # (the BATCH body is made from them too)
-        sizes = lens if lens is not None else list(map(len, payloads))
-        ends = list(accumulate(sizes, initial=0))  # ends[i]: bytes of the first i (in C)
-        if ends[n] + 4 * n <= limit:
-            node.emit(dst, m.encode_batch_with_head(head, seq, payloads, lens, ends[n]))
-            return
-        start = 0
-        while start < n:
-            # The longest run from ``start`` within the limit at 4 more bytes a message (at
-            # least one message): a binary search over the running totals.
-            lo, hi, base = start + 1, n, ends[start] + 4 * start
-            while lo < hi:
-                mid = (lo + hi + 1) >> 1
-                if ends[mid] + 4 * mid - base <= limit:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            if lo == start + 1:
-                node.emit(dst, m.encode_with_head(head, seq + start, payloads[start]))
-            else:
-                node.emit(dst, m.encode_batch_with_head(
-                    head, seq + start, payloads[start:lo],
-                    None if lens is None else lens[start:lo], ends[lo] - ends[start]))
-            start = lo
+            limit = max(0, min(limit, whole - 20 - len(head)))
+        for one in m.BATCH_RUNS(head, seq, payloads, limit):
+            node.emit(dst, one)
 
     def check_size(self, link: Link, payload: bytes) -> None:
         """Raise MessageTooLarge if ``payload`` sent on ``link`` would not fit the transport

@@ -1,0 +1,80 @@
+//! The bindings of `batch`: a link's BATCHes made and split, twins of
+//! `a3m.core.message.batch_runs` and `split_batch` (the specification; the core calls these
+//! where `a3m.NATIVE`). One call per BATCH: no Python object per message beyond its payload.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::batch;
+use crate::python::guard;
+
+static PROTOCOL_VIOLATION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn violation(py: Python<'_>, why: &str) -> PyErr {
+    match PROTOCOL_VIOLATION.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("a3m.errors")?.getattr("ProtocolViolation")?.unbind())
+    }) {
+        // (the text of the twin's `_bad`)
+        Ok(cls) => match cls.bind(py).call1((format!("bad middleware message: {why}"),)) {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+/// The payloads of a BATCH body (after its sequence number); raises
+/// `a3m.errors.ProtocolViolation` (the twin's texts) unless the lengths account for every
+/// byte exactly.
+#[pyfunction]
+fn split_batch<'py>(py: Python<'py>, body: &[u8]) -> PyResult<Bound<'py, PyList>> {
+    guard("split_batch", || {
+        let parts = batch::split(body).map_err(|why| violation(py, why))?;
+        PyList::new(py, parts.into_iter().map(|p| PyBytes::new(py, p)))
+    })
+}
+
+/// `_emit_runs`'s messages for `payloads` (two or more) numbered from `seq` (which may carry
+/// the cookie bit): BATCHes of the longest runs whose bytes, 4 more a message, stay within
+/// `limit`, a run of one as DATA.
+#[pyfunction]
+fn batch_runs<'py>(py: Python<'py>, head: &[u8], seq: u64, payloads: &Bound<'py, PyList>, limit: usize) -> PyResult<Bound<'py, PyList>> {
+    guard("batch_runs", || {
+        let items: Vec<Bound<'py, PyBytes>> = payloads
+            .iter()
+            .map(|p| p.cast_into::<PyBytes>().map_err(|_| PyTypeError::new_err("BATCH payloads must be bytes")))
+            .collect::<PyResult<_>>()?;
+        let slices: Vec<&[u8]> = items.iter().map(|b| b.as_bytes()).collect();
+        let sizes: Vec<usize> = slices.iter().map(|s| s.len()).collect();
+        let out = PyList::empty(py);
+        for (start, end) in batch::runs(&sizes, limit) {
+            let seq = seq.checked_add(start as u64).ok_or_else(|| PyValueError::new_err("sequence number overflow"))?;
+            let msg = if end - start == 1 {
+                let p = slices[start];
+                let len = batch::data_len(head.len(), p.len()).map_err(PyValueError::new_err)?;
+                PyBytes::new_with(py, len, |dst| {
+                    batch::write_data(dst, head, seq, p);
+                    Ok(())
+                })?
+            } else {
+                let run = &slices[start..end];
+                let total: usize = sizes[start..end].iter().sum();
+                let len = batch::batch_len(head.len(), run.len(), total).map_err(PyValueError::new_err)?;
+                PyBytes::new_with(py, len, |dst| {
+                    batch::write_batch(dst, head, seq, run);
+                    Ok(())
+                })?
+            };
+            out.append(msg)?;
+        }
+        Ok(out)
+    })
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(split_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_runs, m)?)?;
+    Ok(())
+}
