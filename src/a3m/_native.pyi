@@ -262,13 +262,14 @@ class SendBuffer:
 
 class FastSend:
     """A socket's ``send`` in one native call (its bound ``send`` method is the socket's):
-    a ``bytes`` message of at most ``fast_size`` bytes, without cookie or option, with a
-    timeout absent or not negative, goes into ``buf`` while it has room; anything else to
-    ``slow(owner(), data, timeout, cookie, **kw)`` (``owner``: a weak reference)."""
+    a ``bytes`` message of at most ``fast_size`` bytes, without cookie, with a timeout
+    absent or not negative, goes into ``buf`` while it has room; anything else to
+    ``slow(owner(), data, timeout, cookie)`` (``owner``: a weak reference). It takes no other
+    keyword (for sockets whose pattern takes none): the vectorcall convention, no dict."""
 
     def __init__(self, buf: SendBuffer, fast_size: int, slow: Callable[..., Any],
                  owner: Callable[[], Any]) -> None: ...
-    def send(self, data: Any, timeout: Any = None, cookie: Any = None, **kw: Any) -> Any: ...
+    def send(self, data: Any, timeout: Any = None, cookie: Any = None) -> Any: ...
 
 class FastRecv:
     """A socket's ``recv`` in one native call (its bound ``recv`` method is the socket's):

@@ -346,3 +346,21 @@ def test_sends_waiting_for_exon_s_window_wait_for_an_ack_without_spinning(
         got = recv_all(pull, 200)
         sender.join(30)
         assert sent[0] == 200 and got == [payload] * 200
+
+
+def test_a_keyword_the_pattern_does_not_take_is_refused_and_nothing_leaves() -> None:
+    """PUSH's send takes no option: an unknown keyword is a TypeError naming it, whether the
+    buffer is open (the native send refuses it) or not (the Python send), and what it carried
+    is never sent."""
+    with pair() as (a, b, push, pull):
+        for attempt in range(3):
+            push.send(b"before%d" % attempt, timeout=5)  # in a row: the buffer opens
+            with pytest.raises(TypeError, match="'topic'"):
+                push.send(b"never", timeout=5, topic=b"t")
+        time.sleep(WINDOW * 3)  # the buffer closes: the Python send's turn
+        with pytest.raises(TypeError, match="'topic'"):
+            push.send(b"never", topic=b"t")
+        push.send(b"after", timeout=5)
+        assert recv_all(pull, 4) == [b"before0", b"before1", b"before2", b"after"]
+        with pytest.raises(a3m.Timeout):
+            pull.recv(timeout=0.2)

@@ -134,10 +134,13 @@ class Socket:
         self._sbuf: SendBuffer[bytes] = new_send_buffer()
         self._fast_size = node._core.max_message_size - m.DATA_OVERHEAD_MAX
         fast = getattr(native, "FastSend", None)
-        if fast is not None and core.plain_send and type(self).send is Socket.send:
+        if (fast is not None and core.plain_send and not core.send_keywords
+                and type(self).send is Socket.send):
             #: A stream's send in one native call (``a3m._native.FastSend``): a plain
             #: message while the buffer has room goes there without a Python frame; any
-            #: other send runs :meth:`send` below (the socket held weakly: no cycle).
+            #: other send runs :meth:`send` below (the socket held weakly: no cycle). Its
+            #: pattern takes no keyword, and neither does the native send (a keyword it does
+            #: not know is a TypeError naming it, as the Python send's).
             self.send = fast(  # type: ignore[method-assign]
                 self._sbuf, self._fast_size, Socket.send, weakref.ref(self)).send
         #: Messages taken ahead from the core with their source (see :meth:`recv`).
