@@ -137,6 +137,13 @@ class LoopDriver:
         self._io = offload_for(self._sock)  # GSO sends, GRO reads where the kernel has them
         self._fused, self._native_recv, self._output = turn_io(proto, self._io)
         self.loop.add_reader(self._sock.fileno(), self._on_readable)
+        #: A loop that shows neither its selector nor its ready queue (uvloop's): the poll
+        #: watches the node's own socket, where the awaited answer comes, and cannot see the
+        #: loop's other ready callbacks, which may then wait up to ``busy_poll_s`` (polls
+        #: stop where they stop paying off: PollChoice).
+        self._own_poll = busy_poll_s > 0 and selector is None
+        if self._own_poll:
+            self._any_ready = self._readable
         self._arm()
 
     # ------------------------------------------------------------------ the Driver interface
@@ -257,6 +264,8 @@ class LoopDriver:
             self._io = offload_for(new)
             self._fused, self._native_recv, self._output = turn_io(self.proto, self._io)
             self.loop.add_reader(new.fileno(), self._on_readable)
+            if self._own_poll:
+                self._any_ready = self._readable
             self.proto.announce(time.monotonic())
             self.wake()
         old.close()
