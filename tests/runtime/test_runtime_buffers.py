@@ -364,3 +364,34 @@ def test_a_keyword_the_pattern_does_not_take_is_refused_and_nothing_leaves() -> 
         assert recv_all(pull, 4) == [b"before0", b"before1", b"before2", b"after"]
         with pytest.raises(a3m.Timeout):
             pull.recv(timeout=0.2)
+
+
+def test_a_stream_that_waited_for_credits_goes_on_in_the_cork_window() -> None:
+    """A send_many that had to wait for credits is part of a stream: when the grant comes,
+    its messages wait in the cork window (the send buffer opens for what follows) instead of
+    leaving at once, alone, as after a quiet spell. (Each grant of a credit-bound stream then
+    began with a small BATCH of one call's messages: one more datagram and ACK a grant, and
+    at a few grants a millisecond the stream settled at half its rate.)"""
+    cap = 64
+    opened: list[bool] = []
+    first = [b"A%d" % i for i in range(8)]
+    for _ in range(3):  # (a grant before the thread waits shows nothing: again)
+        with pair(capacity=cap) as (a, b, push, pull):
+            drv = a._driver
+            push.send_many([b"fill%d" % i for i in range(cap)], timeout=10)  # credits: none
+
+            def stream(push: a3m.Socket = push) -> None:
+                push.send_many(first, timeout=10)  # waits for the grant
+                opened.append(push._sbuf.room > 0)  # (the window is 10 ms long)
+
+            t = in_thread(stream)
+            end = time.monotonic() + 10
+            while not (drv._waiters or drv._leader is not None) and time.monotonic() < end:
+                time.sleep(0.001)
+            time.sleep(WINDOW * 3)  # a wait longer than the window: no earlier send's cork
+            assert recv_all(pull, cap)[0] == b"fill0"  # the grant
+            t.join(10)
+            assert recv_all(pull, 8) == first
+        if opened[-1]:
+            break
+    assert any(opened), "the buffer never opened after a send that waited for credits"

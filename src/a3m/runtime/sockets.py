@@ -245,6 +245,8 @@ class Socket:
                 if len(buf):
                     self._drain(now)  # what was buffered goes first
                 if not len(buf) and core.try_send(data, cookie, **kw):
+                    if deadline >= 0 and core.plain_send:
+                        node._cork.sent_at = now  # (a stream that waited: as send_many)
                     node._after_call(now, self)
                     return
                 why = self._why_blocked(cookie is not None)
@@ -297,6 +299,12 @@ class Socket:
                     None if marks is None else marks[sent:], **kw)
                 if went:
                     sent += went
+                    if deadline >= 0 and core.plain_send:
+                        # A stream that waited for credits goes on in the cork window: sent
+                        # at once as after a quiet spell, each grant of credits began with
+                        # a BATCH of this call's messages alone, one more datagram (and
+                        # ACK) a grant.
+                        self.node._cork.sent_at = now
                     self.node._after_call(now, self)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
