@@ -25,6 +25,7 @@ from a3m.core.link import REASONS
 from a3m.core.socket_core import SocketCore
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.ids import SocketId
+from a3m.runtime.cork import Cork
 from a3m.runtime.send_buffer import SendBuffer, new_send_buffer
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class Owner(Protocol):
     _buffering: set[Socket]  # open send buffers: the node's turn drains them
     _stalled: set[Socket]  # buffers holding sends no link takes now: retried every turn
     _reading_ahead: set[Socket]  # inboxes holding messages sent with a cookie
+    _cork: Cork  # the node's cork window (a stream's sends wait for its end)
 
     def _after_call(self, now: float = -1.0, sock: Socket | None = None) -> None: ...
     def _check_open(self) -> None: ...
