@@ -395,3 +395,30 @@ def test_a_stream_that_waited_for_credits_goes_on_in_the_cork_window() -> None:
         if opened[-1]:
             break
     assert any(opened), "the buffer never opened after a send that waited for credits"
+
+
+def test_a_batch_spreads_over_the_links_as_single_sends_would() -> None:
+    """PUSH's round robin by runs gives each link its share of a batch (as far as its credits
+    go), not the whole batch to one link: a producer whose single sends and buffered runs
+    alternated sent nearly everything to one of two links."""
+    a = a3m.Node("share-a")
+    pulls: list[tuple[a3m.Node, a3m.Socket]] = []
+    try:
+        push = a.socket(a3m.PUSH, "out")
+        for name in ("share-b", "share-c"):
+            n = a3m.Node(name)
+            pulls.append((n, n.socket(a3m.PULL, "in", capacity=256, capacity_max=0)))
+            a.associate(n.id, n.address)
+            push.link((n.id, "in"))
+        for n, _ in pulls:
+            assert push.wait_linked((n.id, "in"), timeout=5)
+        assert push.send_many([b"m%d" % i for i in range(200)], timeout=10) == 200
+        got = [recv_all(pull, 100) for _, pull in pulls]
+        assert sorted(got[0] + got[1]) == sorted(b"m%d" % i for i in range(200))
+        for _, pull in pulls:
+            with pytest.raises(a3m.Timeout):
+                pull.recv(timeout=0.2)
+    finally:
+        a.close(5)
+        for n, _ in pulls:
+            n.close(5)

@@ -133,8 +133,8 @@ class SocketCore(LinkLifecycle):
     def pattern_send_many(self, payloads: list[bytes], **kw: Any) -> int:
         """Send the first messages of ``payloads`` that can go now, in order; returns how
         many. Default: with the default :meth:`pattern_send` and :meth:`choose_send_link`,
-        round robin by runs (each link takes what its credits allow, as BATCHes); otherwise
-        :meth:`pattern_send` one by one."""
+        round robin by runs (each link its share of what is left, as far as its credits
+        allow, as BATCHes: ``_run_share``); otherwise :meth:`pattern_send` one by one."""
         n = len(payloads)
         sent = 0
         if not self._batch_send:
@@ -146,7 +146,7 @@ class SocketCore(LinkLifecycle):
             link = self.choose_send_link(payloads[sent], **kw)
             if link is None:
                 break
-            k = min(link.send.edge - link.send.sent, n - sent)
+            k = self._run_share(link, n - sent, n)
             self.send_many_on(link, payloads[sent:sent + k] if k < n else payloads)
             sent += k
         return sent

@@ -110,7 +110,7 @@ class SendPath(CookiePart):
             link = self.choose_send_link(payloads[sent])
             if link is None:
                 break
-            k = min(link.send.edge - link.send.sent, n - sent)
+            k = self._run_share(link, n - sent, n)
             if not link.batches or link.peer[0] == self.node.node_id:
                 for i in range(sent, sent + k):  # (each leaves flagged at once)
                     self._cookie = cookies[i]
@@ -125,6 +125,21 @@ class SendPath(CookiePart):
                     link.pending_confirm = True
             sent += k
         return sent
+
+    def _run_share(self, link: Link, left: int, total: int) -> int:
+        """How many of the ``left`` messages of a batch of ``total`` ``link`` takes in one run
+        (the default hooks' round robin): what its credits allow, and at most its share of
+        the batch over the socket's links, so that a batch of any size spreads over the links
+        as sends one at a time would. (Whole runs went to one link each: a producer whose
+        single sends and buffered runs alternated sent nearly everything to one of two.)"""
+        k = link.send.edge - link.send.sent
+        ring = self._ring if self._ring is not None else self.link_ring()
+        links = len(ring)
+        if links > 1:
+            share = -(-total // links)
+            if share < k:
+                k = share
+        return k if k < left else left
 
     def check_send_keywords(self, kw: dict[str, Any]) -> None:
         """TypeError for a keyword this pattern's send does not take (``send_keywords``)."""
