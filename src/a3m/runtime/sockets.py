@@ -247,9 +247,7 @@ class Socket:
                 if len(buf):
                     self._drain(now)  # what was buffered goes first
                 if not len(buf) and core.try_send(data, cookie, **kw):
-                    if deadline >= 0 and core.plain_send:
-                        node._cork.sent_at = now  # (a stream that waited: as send_many)
-                    node._after_call(now, self)
+                    self._sent(now, deadline >= 0)
                     return
                 why = self._why_blocked(cookie is not None)
                 deadline, left = _time_left(
@@ -301,13 +299,7 @@ class Socket:
                     None if marks is None else marks[sent:], **kw)
                 if went:
                     sent += went
-                    if deadline >= 0 and core.plain_send:
-                        # A stream that waited for credits goes on in the cork window: sent
-                        # at once as after a quiet spell, each grant of credits began with
-                        # a BATCH of this call's messages alone, one more datagram (and
-                        # ACK) a grant.
-                        self.node._cork.sent_at = now
-                    self.node._after_call(now, self)
+                    self._sent(now, deadline >= 0)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
                     why = self._why_blocked(marks is not None)
@@ -586,6 +578,16 @@ class Socket:
         self._flags.clear()
         self._flags_done = 0
         self.node._reading_ahead.discard(self)
+
+    def _sent(self, now: float, waited: bool) -> None:
+        """Under the node's lock, after the core took a send made at ``now``: the node's
+        after-call. A send of a buffered socket that ``waited`` (for credits, a link) counts
+        as following the stream's previous one, so it goes on in the cork window: sent at
+        once as after a quiet spell, each grant of a credit-bound stream began with a BATCH
+        of one call's messages alone (one more datagram and ACK a grant)."""
+        if waited and self._core.plain_send:
+            self.node._cork.sent_at = now
+        self.node._after_call(now, self)
 
     def _hand_on(self, items: list[bytes], cookies: list[Any] | None) -> int:
         """The buffered sends to the core, with their cookies: how many it took (each was
