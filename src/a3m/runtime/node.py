@@ -40,6 +40,7 @@ from a3m.runtime.events import (
 )
 from a3m.runtime.identity import node_key
 from a3m.runtime.node_turn import after_call, on_turn, take_buffers, upper_deadline, upper_output
+from a3m.runtime.ready_fd import ReadyPipe
 from a3m.runtime.sockets import (
     POLLIN,
     POLLOUT,
@@ -104,6 +105,9 @@ class Node:
         self._bridge = ExonBridge(self._core, self._proto, self._key_refused, self._peer_event)
         self._sockets: dict[str, Socket] = {}
         self._listeners: list[Callable[[], None]] = []
+        #: Sockets asked for their descriptor (:meth:`Socket.fileno`): posted on after
+        #: every turn and call by :meth:`_post_ready`, a listener while there are some.
+        self._ready_watched: dict[Socket, None] = {}
         self._closed = False
         self._cork = Cork(config.cork_s)
         #: Sockets whose send buffer is open (see :meth:`Socket.send`): the I/O thread's
@@ -346,6 +350,23 @@ class Node:
         with self._driver.lock:
             if fn in self._listeners:
                 self._listeners.remove(fn)
+
+    def _watch_ready(self, sock: Socket, pipe: ReadyPipe | None) -> None:
+        """Under the lock: post on ``sock``'s descriptor after every turn and call (a pipe),
+        or no longer (None)."""
+        watched = self._ready_watched
+        if pipe is not None:
+            if not watched:
+                self._listeners.append(self._post_ready)
+            watched[sock] = None
+        elif sock in watched:
+            del watched[sock]
+            if not watched:
+                self._listeners.remove(self._post_ready)
+
+    def _post_ready(self) -> None:
+        for sock in self._ready_watched:
+            sock._ready_changed()
 
     def unreachable_peers(self) -> list[str]:
         """Node ids reported unreachable (silent for ``peer_timeout_s`` while holding messages

@@ -8,6 +8,8 @@ own (docs/design.md, "Runtimes"); the node's I/O turn drains the buffers
 
 from __future__ import annotations
 
+import math
+import select
 import time
 import weakref
 from bisect import bisect_left
@@ -26,6 +28,7 @@ from a3m.core.socket_core import SocketCore
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.ids import SocketId
 from a3m.runtime.cork import Cork
+from a3m.runtime.ready_fd import ReadyPipe
 from a3m.runtime.send_buffer import SendBuffer, new_send_buffer
 
 if TYPE_CHECKING:
@@ -46,6 +49,7 @@ class Owner(Protocol):
     _cork: Cork  # the node's cork window (a stream's sends wait for its end)
 
     def _after_call(self, now: float = -1.0, sock: Socket | None = None) -> None: ...
+    def _watch_ready(self, sock: Socket, pipe: ReadyPipe | None) -> None: ...
     def _check_open(self) -> None: ...
     def _forget_socket(self, tag: str) -> None: ...
 
@@ -164,6 +168,8 @@ class Socket:
         self._put = 0
         self._flags: list[tuple[int, Any, int]] = []
         self._flags_done = 0  # those before it were reported
+        #: The descriptor :meth:`fileno` gives (made at its first call).
+        self._ready: ReadyPipe | None = None
 
     # ------------------------------------------------------------------ links
 
@@ -636,6 +642,74 @@ class Socket:
         with self.node._driver.lock:
             return self._core.readable
 
+    # ------------------------------------------------------------------ readiness
+
+    def fileno(self) -> int:
+        """A file descriptor that becomes readable when this socket becomes ready for
+        something it was not ready for at the last :meth:`poll` (a message came, a send can
+        go, a cookie's outcome is there), and at once if it is ready when first asked for:
+        for ``select``, ``selectors``, ``poll`` or an event loop's ``add_reader``, as
+        pyzmq's ``FD``.
+
+        Edge-triggered: once it is readable, call ``poll(0, flags)`` (which reads it clear)
+        and act until ``poll`` says the socket is no longer ready, e.g. ``while
+        sock.poll(0) & a3m.POLLIN: sock.recv(timeout=0)``. The node's own thread keeps
+        the network going meanwhile. Closing the socket closes the descriptor: remove it
+        from an event loop first."""
+        with self.node._driver.lock:
+            self._check_open()
+            pipe = self._ready
+            if pipe is None:
+                pipe = self._ready = ReadyPipe()
+                pipe.changed(self._events_now())  # ready already: readable at once
+                self.node._watch_ready(self, pipe)
+            return pipe.r
+
+    def poll(self, timeout: float | None = None, flags: int = POLLIN) -> int:
+        """The events of ``flags`` (``POLLIN``, ``POLLOUT``, ``POLLCOOKIE``) this socket is
+        ready for, waiting up to ``timeout`` seconds (None: for ever) until it is ready for
+        one of them; 0 when the timeout passes first. Reads :meth:`fileno` clear."""
+        deadline = _deadline(timeout)
+        drv = self.node._driver
+        got = 0
+
+        def ready() -> bool:
+            nonlocal got
+            self._check_open()
+            got = self._look(flags)
+            return got != 0
+
+        with drv.lock:
+            drv.wait_until(ready, deadline)
+            return got
+
+    def _events_now(self) -> int:
+        """Under the node's lock: every event the socket is ready for now."""
+        core = self._core
+        ev = POLLIN if self._inbox or core.readable else 0
+        if core.writable:
+            ev |= POLLOUT
+        if core.cookies_ready:
+            ev |= POLLCOOKIE
+        return ev
+
+    def _look(self, flags: int) -> int:
+        """Under the node's lock: the descriptor read clear, then the events of ``flags``
+        the socket is ready for (what it saw is remembered: a later change posts)."""
+        pipe = self._ready
+        if pipe is None:
+            return self._events_now() & flags
+        pipe.clear()
+        ev = pipe.seen = self._events_now()
+        return ev & flags
+
+    def _ready_changed(self) -> None:
+        """Under the node's lock, after a turn or a call (the node's listener): post on
+        the descriptor if the socket became ready for something new."""
+        pipe = self._ready
+        if pipe is not None:
+            pipe.changed(self._events_now())
+
     @property
     def writable(self) -> bool:
         with self.node._driver.lock:
@@ -694,6 +768,9 @@ class Socket:
             clean = False
         self._closed = True
         self.node._forget_socket(self.id.tag)
+        if self._ready is not None:
+            self.node._watch_ready(self, None)
+            self._ready.close()
         return clean
 
     def __enter__(self) -> Socket:
@@ -724,46 +801,49 @@ class Poller:
         self._sockets.pop(socket, None)
 
     def _ready(self) -> list[tuple[Socket, int]]:
-        return [r for sock in self._sockets for r in self._ready_one(sock)]
+        out = []
+        for sock, wanted in self._sockets.items():
+            ev = sock._look(wanted)
+            if ev:
+                out.append((sock, ev))
+        return out
 
     def poll(self, timeout: float | None = None) -> list[tuple[Socket, int]]:
-        """Sockets with the events they are ready for; empty when the timeout passes."""
+        """Sockets with the events they are ready for; empty when the timeout passes.
+
+        Sockets of one node wait on that node's turns; sockets of several nodes wait on
+        their descriptors (:meth:`Socket.fileno`) together, woken by whichever node's
+        turn made one of them ready."""
         deadline = _deadline(timeout)
         nodes = {s.node for s in self._sockets}
         if not nodes:
             if timeout:
                 time.sleep(timeout)
             return []
-        single = next(iter(nodes)) if len(nodes) == 1 else None
-        while True:
-            if single is not None:
-                with single._driver.lock:
+        if len(nodes) == 1:
+            drv = next(iter(nodes))._driver
+            with drv.lock:
+                while True:
                     ready = self._ready()
                     if ready:
                         return ready
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return []
-                    single._driver.wait(left)
-            else:
-                ready = []
-                for sock in self._sockets:
-                    with sock.node._driver.lock:
-                        ready.extend(self._ready_one(sock))
-                if ready:
-                    return ready
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return []
-                time.sleep(0.002 if left is None else min(left, 0.002))
-
-    def _ready_one(self, sock: Socket) -> list[tuple[Socket, int]]:
-        wanted = self._sockets[sock]
-        ev = 0
-        if wanted & POLLIN and (sock._inbox or sock._core.readable):
-            ev |= POLLIN
-        if wanted & POLLOUT and sock._core.writable:
-            ev |= POLLOUT
-        if wanted & POLLCOOKIE and sock._core.cookies_ready:
-            ev |= POLLCOOKIE
-        return [(sock, ev)] if ev else []
+                    drv.wait(left)
+        waiting = select.poll()
+        for sock in self._sockets:
+            waiting.register(sock.fileno(), select.POLLIN)
+        while True:
+            ready = []
+            for sock, wanted in self._sockets.items():
+                with sock.node._driver.lock:
+                    ev = sock._look(wanted)
+                if ev:
+                    ready.append((sock, ev))
+            if ready:
+                return ready
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return []
+            waiting.poll(None if left is None else math.ceil(left * 1000))
