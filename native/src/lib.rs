@@ -3,7 +3,9 @@
 //! The pure-Rust core (`wire`, `aead`, `udp`) is what `cargo test` and the fuzz targets use;
 //! the `python` feature adds the bindings (`python`), the module `a3m._native`. Every native
 //! function has a Python twin that stays the specification (`docs/design.md`, "The native
-//! data plane"); `unsafe` appears only at system calls, each with its reason.
+//! data plane"); `unsafe` appears only at system calls and in the allocation counter's hook
+//! over the interpreter's allocators (`python_alloc`, a measuring tool with no twin), each
+//! with its reason.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -19,6 +21,8 @@ pub mod wire;
 pub mod python;
 #[cfg(feature = "python")]
 pub mod python_engine;
+#[cfg(feature = "python")]
+pub mod python_alloc;
 #[cfg(feature = "python")]
 pub mod python_batch;
 #[cfg(feature = "python")]

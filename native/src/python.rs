@@ -572,5 +572,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::python_recovery::register(m)?;
     crate::python_sendbuf::register(m)?;
     crate::python_poll::register(m)?;
+    crate::python_alloc::register(m)?;
     Ok(())
 }

@@ -19,6 +19,20 @@ class NativePanic(RuntimeError):
 def panics() -> int:
     """Panics caught at the boundary since the module loaded."""
 
+def alloc_counting(on: bool) -> None:
+    """Count the interpreter's allocations from now on (``on``), or stop counting them: a
+    hook over the allocators of the ``mem`` and ``obj`` domains that counts each new block
+    (malloc, calloc, realloc of nothing) and hands every call on. No Python twin: without
+    this module the benchmarks' allocation count is None (:mod:`a3m.benchmarks.work`)."""
+
+def allocations() -> int:
+    """The allocations counted while counting was on, since the module loaded (what C's
+    ``malloc`` gives a library, the raw domain and the objects a free list serves are not
+    in it)."""
+
+def alloc_counting_on() -> bool:
+    """Whether the allocations are being counted."""
+
 def decode_header(data: bytes) -> tuple[bytes, bytes, int]:
     """Twin of :func:`a3m.exon.wire.decode_header`; raises its ``WireError``."""
 

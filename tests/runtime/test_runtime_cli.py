@@ -48,9 +48,31 @@ def test_bench_asyncio_json() -> None:
     assert work["per"] == 300 and work["cpu_us"] > 0 and work["wakeups"] >= 0
 
 
+def native_counter() -> bool:
+    from a3m.benchmarks.work import alloc_counter
+
+    return alloc_counter()[0] is not None
+
+
+def check_counters(w: dict[str, object], out: dict[str, object], name: object) -> None:
+    """A side's allocations and system calls per round trip: counted (a round trip of any
+    system allocates and makes system calls), or None with the reason, kept once in the
+    result."""
+    if native_counter():
+        assert w["allocations"] > 0, (name, w)  # type: ignore[operator]
+    else:
+        assert w["allocations"] is None and out["allocations_why"], (name, w)
+    if w["syscalls"] is None:
+        assert out["syscalls_why"], (name, w)
+    else:
+        assert w["syscalls"] > 0, (name, w)  # type: ignore[operator]
+    assert "syscalls_why" not in w and "allocations_why" not in w, (name, w)
+
+
 def test_bench_reqrep_reports_the_work_per_round_trip() -> None:
-    """Each side's CPU time and wake-ups per round trip, and with --count its Python calls,
-    for A3M and for each peer of the same run (counted, not timed: a profiler runs)."""
+    """Each side's CPU time, wake-ups, allocations and system calls per round trip, and with
+    --count its Python calls, for A3M and for each peer of the same run (counted, not timed:
+    a profiler runs)."""
     out = run_cli("bench", "reqrep", "--messages", "400", "--count", "--json")
     assert out["counted"] is True and out["round_trips"] == 400
     rows = {"a3m": out, **out["baselines"]}  # type: ignore[dict-item]
@@ -61,6 +83,27 @@ def test_bench_reqrep_reports_the_work_per_round_trip() -> None:
             w = row["work"][side]  # type: ignore[index]
             assert w["per"] >= 399 and w["cpu_us"] >= 0 and w["wakeups"] >= 0, (name, w)
             assert w["py_calls"] >= 0, (name, w)
+            check_counters(w, out, name)
     # The A3M sides run Python per round trip (its runtime, its patterns): counted.
     assert out["work"]["client"]["py_calls"] > 1  # type: ignore[index]
     assert out["work"]["server"]["py_calls"] > 1  # type: ignore[index]
+
+
+def test_bench_reqrep_asyncio_counts_the_work_per_round_trip() -> None:
+    """--asyncio --count: a3m.aio and pyzmq.asyncio, one process and two, each run's Python
+    calls, allocations and system calls per round trip (each side's), and their medians."""
+    out = run_cli("bench", "reqrep", "--asyncio", "--count", "--messages", "200", "--json")
+    assert out["counted"] is True
+    runs = out["runs"]
+    assert {(r["system"], r["processes"]) for r in runs} >= {  # type: ignore[union-attr]
+        ("a3m.aio", 1), ("a3m.aio", 2)}
+    for r in runs:  # type: ignore[union-attr]
+        assert "error" not in r and r["round_trips"] == 200, r
+        sides = ("process",) if r["processes"] == 1 else ("client", "server")
+        for side in sides:
+            w = r["work"][side]
+            assert w["py_calls"] > 0, (r["system"], side, w)
+            check_counters(w, out, (r["system"], side))
+    for row in out["medians"]:  # type: ignore[union-attr]
+        units = row["work"]["a3m.aio"]
+        assert units["py_calls"] > 0 and units["cpu_us"] > 0, row

@@ -5,7 +5,9 @@ event loop and on uvloop where it is installed.
 Counted as the blocking workloads count: REQ/REP round trips measured by the client (p50,
 p99), PUSH/PULL messages received divided by the time from the first to the last one
 received. Every system sends the same payload; a run that loses or duplicates a message is
-reported as an error.
+reported as an error. REQ/REP runs also report their work per round trip
+(:mod:`a3m.benchmarks.work`: the one process's, or each side's), with ``count`` the Python
+calls and the system calls too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from a3m.benchmarks.peers import installed
 from a3m.benchmarks.procs import WorkerFailed, _pinned, run_pair
 from a3m.benchmarks.reqrep import MAX_ROUND_TRIPS, latency_report
-from a3m.benchmarks.work import Work
+from a3m.benchmarks.work import UNITS, Work, hoist_why, total
 
 Progress = Callable[[str], None]
 SYSTEMS = ("a3m.aio", "pyzmq.asyncio")
@@ -48,12 +50,11 @@ async def _a3m_rep(rep: Any, n: int) -> int:
     return n
 
 
-async def _a3m_req(req: Any, n: int, size: int) -> dict[str, Any]:
+async def _a3m_req(req: Any, n: int, size: int, work: Work) -> dict[str, Any]:
     payload = b"q" * size
     samples = []
     wrong = 0
     clock = time.perf_counter
-    work = Work()
     work.start()
     for _ in range(n):
         t0 = clock()
@@ -84,21 +85,30 @@ async def _a3m_push(push: Any, n: int, size: int) -> None:
         raise RuntimeError("the PUSH socket did not close cleanly")
 
 
-async def a3m_one_process(workload: str, messages: int, size: int) -> dict[str, Any]:
+def _work(workload: str, count: bool) -> Work | None:
+    """A REQ/REP run's :class:`Work`, made before its nodes (and before it says it is
+    ready): the profiler reaches their threads, perf (``count``) attaches outside the
+    stretch."""
+    return Work(count) if workload == "reqrep" else None
+
+
+async def a3m_one_process(workload: str, messages: int, size: int,
+                          count: bool = False) -> dict[str, Any]:
     import a3m
     import a3m.aio
 
     n = _n(workload, messages)
+    work = _work(workload, count)
     async with a3m.aio.Node("bench-aio-rx") as rx, a3m.aio.Node("bench-aio-tx") as tx:
         tx.associate(rx.id, rx.address)
-        if workload == "reqrep":
+        if work is not None:
             rep = rx.socket(a3m.REP, "rep")
             req = tx.socket(a3m.REQ, "req")
             req.link(rep.id)
             if not await req.wait_linked(timeout=30):
                 raise RuntimeError("could not link")
             server = asyncio.create_task(_a3m_rep(rep, n))
-            report = await _a3m_req(req, n, size)
+            report = await _a3m_req(req, n, size, work)
             await server
         else:
             pull = rx.socket(a3m.PULL, "sink", capacity=4096)
@@ -114,18 +124,18 @@ async def a3m_one_process(workload: str, messages: int, size: int) -> dict[str, 
 
 
 def a3m_server(ready: Any, results: Any, workload: str, messages: int, size: int,
-               loop: str = "asyncio", **_: Any) -> None:
+               loop: str = "asyncio", count: bool = False, **_: Any) -> None:
     async def main() -> dict[str, Any]:
         import a3m
         import a3m.aio
 
+        work = _work(workload, count)
         async with a3m.aio.Node("bench-aio-rx") as node:
             n = _n(workload, messages)
-            if workload == "reqrep":
+            if work is not None:
                 rep = node.socket(a3m.REP, "rep")
                 ready.put(node.address)
                 await rep.send(await rep.recv())  # the first: the link's set-up
-                work = Work()
                 work.start()
                 await _a3m_rep(rep, n - 1)
                 report = {"served": n, "work": work.report(n - 1)}
@@ -144,11 +154,12 @@ def a3m_server(ready: Any, results: Any, workload: str, messages: int, size: int
 
 
 def a3m_client(address: Any, results: Any, workload: str, messages: int, size: int,
-               loop: str = "asyncio", **_: Any) -> None:
+               loop: str = "asyncio", count: bool = False, **_: Any) -> None:
     async def main() -> dict[str, Any]:
         import a3m
         import a3m.aio
 
+        work = _work(workload, count)
         async with a3m.aio.Node("bench-aio-tx") as node:
             node.associate("bench-aio-rx", tuple(address))
             n = _n(workload, messages)
@@ -158,8 +169,8 @@ def a3m_client(address: Any, results: Any, workload: str, messages: int, size: i
             sock.link(peer)
             if not await sock.wait_linked(timeout=30):
                 raise RuntimeError("could not link")
-            if workload == "reqrep":
-                report = await _a3m_req(sock, n, size)
+            if work is not None:
+                report = await _a3m_req(sock, n, size, work)
                 await sock.close(timeout=10)
                 return report
             await _a3m_push(sock, n, size)
@@ -178,11 +189,10 @@ async def _zmq_rep(rep: Any, n: int) -> None:
         await rep.send(await rep.recv())
 
 
-async def _zmq_req(req: Any, n: int, size: int) -> dict[str, Any]:
+async def _zmq_req(req: Any, n: int, size: int, work: Work) -> dict[str, Any]:
     payload = b"z" * size
     samples = []
     clock = time.perf_counter
-    work = Work()
     work.start()
     for _ in range(n):
         t0 = clock()
@@ -208,7 +218,9 @@ async def _zmq_push(push: Any, n: int, size: int) -> None:
         await push.send(payload)
 
 
-async def zmq_one_process(workload: str, messages: int, size: int) -> dict[str, Any]:
+async def zmq_one_process(workload: str, messages: int, size: int,
+                          count: bool = False) -> dict[str, Any]:
+    work = _work(workload, count)
     import zmq
     import zmq.asyncio
 
@@ -221,9 +233,9 @@ async def zmq_one_process(workload: str, messages: int, size: int) -> dict[str, 
             rx, tx = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
         port = rx.bind_to_random_port("tcp://127.0.0.1")
         tx.connect(f"tcp://127.0.0.1:{port}")
-        if workload == "reqrep":
+        if work is not None:
             server = asyncio.create_task(_zmq_rep(rx, n))
-            report = await _zmq_req(tx, n, size)
+            report = await _zmq_req(tx, n, size, work)
             await server
         else:
             sender = asyncio.create_task(_zmq_push(tx, n, size))
@@ -237,8 +249,9 @@ async def zmq_one_process(workload: str, messages: int, size: int) -> dict[str, 
 
 
 def zmq_server(ready: Any, results: Any, workload: str, messages: int, size: int,
-               loop: str = "asyncio", **_: Any) -> None:
+               loop: str = "asyncio", count: bool = False, **_: Any) -> None:
     async def main() -> dict[str, Any]:
+        work = _work(workload, count)
         import zmq
         import zmq.asyncio
 
@@ -247,9 +260,8 @@ def zmq_server(ready: Any, results: Any, workload: str, messages: int, size: int
         port = s.bind_to_random_port("tcp://127.0.0.1")
         ready.put(("127.0.0.1", port))
         n = _n(workload, messages)
-        if workload == "reqrep":
+        if work is not None:
             await s.send(await s.recv())  # the first: the connection's set-up
-            work = Work()
             work.start()
             await _zmq_rep(s, n - 1)
             report: dict[str, Any] = {"served": n, "work": work.report(n - 1)}
@@ -267,8 +279,9 @@ def zmq_server(ready: Any, results: Any, workload: str, messages: int, size: int
 
 
 def zmq_client(address: Any, results: Any, workload: str, messages: int, size: int,
-               loop: str = "asyncio", **_: Any) -> None:
+               loop: str = "asyncio", count: bool = False, **_: Any) -> None:
     async def main() -> dict[str, Any]:
+        work = _work(workload, count)
         import zmq
         import zmq.asyncio
 
@@ -276,8 +289,8 @@ def zmq_client(address: Any, results: Any, workload: str, messages: int, size: i
         s = ctx.socket(zmq.REQ if workload == "reqrep" else zmq.PUSH)
         s.connect(f"tcp://{address[0]}:{address[1]}")
         n = _n(workload, messages)
-        if workload == "reqrep":
-            report = await _zmq_req(s, n, size)
+        if work is not None:
+            report = await _zmq_req(s, n, size, work)
         else:
             await _zmq_push(s, n, size)
             report = {"sent": n}
@@ -294,21 +307,22 @@ def zmq_client(address: Any, results: Any, workload: str, messages: int, size: i
 # ------------------------------------------------------------------ running them
 
 def _single(system: str, workload: str, messages: int, size: int, loop: str,
-            results: Any) -> None:
+            results: Any, count: bool = False) -> None:
     fn = a3m_one_process if system == "a3m.aio" else zmq_one_process
     try:
-        results.put(_run(fn(workload, messages, size), loop))
+        results.put(_run(fn(workload, messages, size, count), loop))
     except Exception as exc:
         results.put({"error": repr(exc)})
 
 
 def run_single(system: str, workload: str, messages: int, size: int, loop: str,
-               cpus: set[int] | None, timeout: float = 300.0) -> dict[str, Any]:
+               cpus: set[int] | None, timeout: float = 300.0,
+               count: bool = False) -> dict[str, Any]:
     """Both sides in one process (one event loop), spawned afresh."""
     ctx = mp.get_context("spawn")
     results: Any = ctx.Queue()
     proc = ctx.Process(target=_pinned, args=(_single, cpus, system, workload, messages, size,
-                                             loop, results), daemon=True)
+                                             loop, results, count), daemon=True)
     proc.start()
     try:
         report: dict[str, Any] = results.get(timeout=timeout)
@@ -324,17 +338,20 @@ def run_single(system: str, workload: str, messages: int, size: int, loop: str,
 
 
 def measure(system: str, workload: str, messages: int, size: int, loop: str, processes: int,
-            placement: str) -> dict[str, Any]:
-    """One run: the figure of ``system`` on ``loop`` in one or two processes."""
+            placement: str, count: bool = False) -> dict[str, Any]:
+    """One run: the figure of ``system`` on ``loop`` in one or two processes (REQ/REP: and
+    its work per round trip, with ``count`` the Python calls and system calls too)."""
     if processes == 1:
-        rep = run_single(system, workload, messages, size, loop, None)
+        rep = run_single(system, workload, messages, size, loop, None, count=count)
         rx = tx = rep
     else:
         server, client = ((a3m_server, a3m_client) if system == "a3m.aio"
                           else (zmq_server, zmq_client))
-        rx, tx = run_pair(server, client, {"workload": workload, "messages": messages,
-                                           "size": size, "loop": loop},
-                          timeout=300, placement=placement)
+        params: dict[str, Any] = {"workload": workload, "messages": messages, "size": size,
+                                  "loop": loop}
+        if count:
+            params["count"] = True
+        rx, tx = run_pair(server, client, params, timeout=300, placement=placement)
     if workload == "reqrep":
         out = {k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "round_trips")}
         # per round trip; one process: the client's figure is the whole process's
@@ -349,9 +366,14 @@ def measure(system: str, workload: str, messages: int, size: int, loop: str, pro
 
 def run_aio_bench(workload: str, size: int, messages: int, progress: Progress,
                   placement: str = "spread", loops: tuple[str, ...] = ("asyncio",),
-                  sets: int = 1, processes: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
+                  sets: int = 1, processes: tuple[int, ...] = (1, 2),
+                  count: bool = False) -> dict[str, Any]:
     """``sets`` same-run sets of every (loop, processes, system); the medians per
-    configuration, and a3m.aio against pyzmq.asyncio (p50 ratio, or throughput ratio)."""
+    configuration, and a3m.aio against pyzmq.asyncio (p50 ratio, or throughput ratio).
+    REQ/REP: each configuration's work per round trip too (``work``: per system, the median
+    over the sets of both sides' sum; with ``count`` the Python calls and system calls as
+    well, under a profiler and a tracepoint that slow the round trips); why a count is
+    missing is said once."""
     from a3m.benchmarks.registry import machine
 
     t0 = time.perf_counter()
@@ -369,7 +391,7 @@ def run_aio_bench(workload: str, size: int, messages: int, progress: Progress,
                                            "processes": procs}
                     try:
                         row.update(measure(system, workload, messages, size, loop, procs,
-                                           placement))
+                                           placement, count))
                     except WorkerFailed as exc:
                         row["error"] = str(exc)
                     runs.append(row)
@@ -396,14 +418,33 @@ def run_aio_bench(workload: str, size: int, messages: int, progress: Progress,
             if ratios:
                 entry["ratio"] = round(statistics.median(ratios), 3)
                 entry["ratio_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
+            if workload == "reqrep":
+                entry["work"] = {system: _median_work(
+                    [r for r in runs if r["system"] == system and r["loop"] == loop
+                     and r["processes"] == procs and "work" in r]) for system in systems}
             medians.append(entry)
+    result: dict[str, Any] = {}
+    for r in runs:
+        hoist_why(result, list((r.get("work") or {}).values()))
     return {"workload": workload, "asyncio": True, "size": size, "messages": messages,
-            "placement": placement, "sets": sets, "metric": metric,
+            "placement": placement, "sets": sets, "metric": metric, "counted": count,
+            **result,
             "ratio_means": ("a3m.aio p50 / pyzmq.asyncio p50 (below 1: a3m faster)"
                             if workload == "reqrep" else
                             "a3m.aio msg/s / pyzmq.asyncio msg/s (above 1: a3m faster)"),
             "medians": medians, "runs": runs,
             "elapsed_s": round(time.perf_counter() - t0, 2), "machine": machine()}
+
+
+def _median_work(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Per unit, the median over ``runs`` of each run's work per round trip, its sides
+    added up (:func:`a3m.benchmarks.work.total`); None where no run has the figure."""
+    totals = [total(r["work"]) for r in runs]
+    out: dict[str, float | None] = {}
+    for unit in UNITS:
+        vals = [t[unit] for t in totals if t[unit] is not None]
+        out[unit] = round(statistics.median(vals), 2) if vals else None
+    return out
 
 
 def plot(result: dict[str, Any], path: str) -> None:

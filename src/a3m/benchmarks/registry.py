@@ -12,6 +12,7 @@ from typing import Any
 
 from a3m.benchmarks import peers
 from a3m.benchmarks.procs import Side, WorkerFailed, run_pair
+from a3m.benchmarks.work import hoist_why
 
 Progress = Callable[[str], None]
 
@@ -74,8 +75,9 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
     the baselines send one at a time as always. ``cookies`` (pushpull, reqrep): every A3M
     message carries a cookie, and A3M without cookies runs beside it as a baseline.
     Latency workloads report each side's work per round trip (:mod:`a3m.benchmarks.work`:
-    CPU time, thread wake-ups; with ``count`` the Python calls too, under a profiler that
-    slows every system's round trips)."""
+    CPU time, thread wake-ups, allocations; with ``count`` the Python calls and the system
+    calls too, under a profiler and a tracepoint that slow every system's round trips); why
+    a count is missing (``allocations_why``, ``syscalls_why``) is said once, at the top."""
     wl = WORKLOADS[name]
     params: dict[str, Any] = {"messages": messages, "size": size}
     if count:
@@ -96,6 +98,7 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
         result.update({k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "max_us",
                                           "round_trips")})
         result["work"] = {"client": tx.get("work"), "server": rx.get("work")}
+        hoist_why(result, list(result["work"].values()))
         result["counted"] = count
     else:
         result["msgs_per_s"] = round(rx["msgs_per_s"], 1)
@@ -128,6 +131,7 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
             if wl.metric == "latency":
                 base[bname] = {k: t[k] for k in ("p50_us", "p99_us")}
                 base[bname]["work"] = {"client": t.get("work"), "server": r.get("work")}
+                hoist_why(result, list(base[bname]["work"].values()))
             else:
                 entry: dict[str, Any] = {"msgs_per_s": round(r["msgs_per_s"], 1)}
                 if "lost" in r:

@@ -408,16 +408,15 @@ def _pushpull(args: argparse.Namespace) -> int:
 
 def work_count(p: argparse.ArgumentParser) -> None:
     p.add_argument("--count", action="store_true",
-                   help="also count each side's Python calls per round trip (every system; "
-                        "under a profiler: the latencies of such a run are not comparable)")
+                   help="also count each side's Python calls and system calls per round "
+                        "trip (every system, --asyncio too; under a profiler and perf: the "
+                        "latencies of such a run are not comparable)")
     p.add_argument("--busy-poll-s", type=float, default=None, metavar="S",
                    help="A3M's nodes' busy_poll_s (default: the node's default; 0: no busy "
                         "poll)")
 
 
 def _reqrep(args: argparse.Namespace) -> int:
-    if args.asyncio and args.count:
-        return _error("--count applies to the threaded run (without --asyncio)")
     return _asyncio(args) if args.asyncio else _loopback(args)
 
 
@@ -517,7 +516,7 @@ def _asyncio(args: argparse.Namespace) -> int:
         return _error("need --sets >= 1, --size >= 8 and --messages >= 2")
     result = aio.run_aio_bench(args.workload, args.size, args.messages, _progress,
                                placement=args.placement, loops=loops, sets=args.sets,
-                               processes=procs)
+                               processes=procs, count=getattr(args, "count", False))
     text = _save(result, args, args.plot, aio.plot)
     if args.json:
         print(text)
@@ -537,6 +536,17 @@ def _asyncio(args: argparse.Namespace) -> int:
                           f"{row['ratio']} ({rng[0]}-{rng[1]})" if rng else "-")
         Console(stderr=True).print(table)
         print(result["ratio_means"], file=sys.stderr)
+        if args.workload == "reqrep":
+            work = Table(title="work (median of the sets)", caption=WORK_CAPTION)
+            shown = work_units([r.get("work") for r in result["runs"]])
+            for col in ("loop", "procs", "system", *(WORK_COLUMNS[u] for u in shown)):
+                work.add_column(col, justify="right")
+            for row in result["medians"]:
+                for system, units in row.get("work", {}).items():
+                    work.add_row(row["loop"], str(row["processes"]), system,
+                                 *work_cells({"all": units}, shown))
+            wide_console().print(work)
+            _why(result)
     return 0 if all(r.get("ratio") for r in result["medians"]) else 1
 
 
@@ -844,7 +854,6 @@ def _plot_saved(args: argparse.Namespace, files: list[str], plot: str | None) ->
 
 
 def _table(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"a3m bench {result['workload']} ({result['size']} B, "
@@ -852,28 +861,72 @@ def _table(result: dict[str, Any]) -> None:
     table.add_column("system")
     metric = "p50_us" if "p50_us" in result else "msgs_per_s"
     table.add_column(metric, justify="right")
-    work = "work" in result  # per round trip, client + server (a3m.benchmarks.work)
-    if work:
-        for col in ("CPU us / rt", "wake-ups / rt", "Python calls / rt"):
-            table.add_column(col, justify="right")
+    rows = [result, *result["baselines"].values()]
+    # per round trip, client + server (a3m.benchmarks.work); a unit no row has, left out
+    units = work_units([row.get("work") for row in rows]) if "work" in result else []
+    if units:
+        table.caption = WORK_CAPTION
+    for unit in units:
+        table.add_column(WORK_COLUMNS[unit], justify="right")
 
     def cells(row: dict[str, Any]) -> list[str]:
-        if not work:
-            return []
-        sides = [w for w in (row.get("work") or {}).values() if w]
-        if not sides:
-            return ["-", "-", "-"]
-        calls = [w["py_calls"] for w in sides if "py_calls" in w]
-        return [f"{sum(w['cpu_us'] for w in sides):,.1f}",
-                f"{sum(w['wakeups'] for w in sides):.2f}",
-                f"{sum(calls):,.1f}" if calls else "-"]
+        return work_cells(row.get("work"), units)
 
     table.add_row("a3m", f"{result[metric]:,.0f}", *cells(result))
     for name, row in result["baselines"].items():
         value = row.get(metric)
         table.add_row(name, f"{value:,.0f}" if value is not None else row.get("error", "-"),
                       *cells(row))
-    Console(stderr=True).print(table)
+    wide_console().print(table)
+    _why(result)
+
+
+#: The work columns of a request/reply table (a3m.benchmarks.work's units): per round trip,
+#: both sides added up.
+WORK_COLUMNS = {"cpu_us": "CPU us", "wakeups": "wake-ups", "py_calls": "Py calls",
+                "allocations": "allocs", "syscalls": "syscalls"}
+#: The caption under a table with work columns.
+WORK_CAPTION = "work per round trip, both sides added up"
+_WORK_FORMAT = {"cpu_us": "{:,.1f}", "wakeups": "{:.2f}", "py_calls": "{:,.1f}",
+                "allocations": "{:,.1f}", "syscalls": "{:,.1f}"}
+
+
+def wide_console() -> Any:
+    """A console on stderr at least 100 columns wide where it is not a terminal (a pipe, a
+    file: rich's default there is 80, too narrow for the work columns)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal and console.width < 100:
+        console.width = 100
+    return console
+
+
+def work_units(runs: list[dict[str, Any] | None]) -> list[str]:
+    """The units of work that some of ``runs`` (each a run's work by side) has a figure
+    for: the table's columns (Python calls and system calls: with --count)."""
+    from a3m.benchmarks.work import total
+
+    totals = [total(sides) for sides in runs]
+    return [u for u in WORK_COLUMNS if any(t[u] is not None for t in totals)]
+
+
+def work_cells(sides: dict[str, Any] | None, units: list[str]) -> list[str]:
+    """A run's work per round trip (:func:`a3m.benchmarks.work.total`) as the table's
+    cells, "-" where there is no figure."""
+    from a3m.benchmarks.work import total
+
+    t = total(sides)
+    return [_WORK_FORMAT[u].format(t[u]) if t[u] is not None else "-" for u in units]
+
+
+def _why(result: dict[str, Any]) -> None:
+    """Why a unit of work is missing (the JSON's ``*_why``), under the table."""
+    if result.get("counted") is False:
+        print("Python calls and system calls per round trip: with --count", file=sys.stderr)
+    for key, what in (("allocations_why", "allocations"), ("syscalls_why", "system calls")):
+        if result.get(key) and (key != "syscalls_why" or result.get("counted")):
+            print(f"{what} not counted: {result[key]}", file=sys.stderr)
 
 
 WORKLOADS: dict[str, Workload] = _workloads()
