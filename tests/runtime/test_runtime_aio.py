@@ -198,6 +198,50 @@ def test_a_cancelled_send_many_says_how_many_went() -> None:
     run(main)
 
 
+@pytest.mark.parametrize("call", ["send", "send_many"])
+def test_a_send_that_waited_for_credits_goes_on_in_the_cork_window(call: str) -> None:
+    """As the threaded sockets' (test_runtime_buffers.py): a send that had to wait for
+    credits is part of a stream, so when the grant comes its messages wait in the cork
+    window (the send buffer opens for what follows) instead of leaving at once, alone, as
+    after a quiet spell. The aio retry tries with timeout=0 once it has awaited, and such a
+    try alone never counted as a wait: each grant began with one call's messages alone."""
+    window = 0.01  # (a long cork window: a quiet spell is easy to make)
+    cap = 64  # a grant moves the edge by cap / 4 or more: room is left after the send
+    first = [b"A%d" % i for i in range(8)] if call == "send_many" else [b"A0"]
+
+    async def main() -> None:
+        async with a3m.aio.Node("kx", cork_s=window) as x, a3m.aio.Node("ky") as y:
+            push, pull = await linked_pair(x, y, capacity=cap)
+            fill = [b"fill%d" % i for i in range(cap)]
+            assert await push.send_many(fill, timeout=OP_S) == cap  # credits: none left
+
+            async def stream() -> bool:
+                if call == "send":
+                    await push.send(first[0], timeout=OP_S)
+                else:
+                    assert await push.send_many(first, timeout=OP_S) == len(first)
+                # (the await returned from the retry's try without yielding to the loop: no
+                # turn ran since the send)
+                return push.sync._sbuf.room > 0
+
+            task = asyncio.ensure_future(stream())
+            await asyncio.sleep(window * 3)  # longer than the window: no earlier send's cork
+            assert not task.done()  # it waits for credits
+            assert push.sync._sbuf.room == 0
+            got: list[bytes] = []
+            while len(got) < cap:  # the grant
+                got += await pull.recv_many(cap - len(got), timeout=OP_S)
+            assert got == fill
+            opened = await asyncio.wait_for(task, OP_S)
+            rest: list[bytes] = []
+            while len(rest) < len(first):
+                rest += await pull.recv_many(len(first) - len(rest), timeout=OP_S)
+            assert rest == first
+            assert opened, "the send buffer did not open after a send that waited for credits"
+
+    run(main)
+
+
 def test_waiting_on_several_sockets_is_asyncio_wait_over_their_receives() -> None:
     async def main() -> None:
         async with a3m.aio.Node("wx") as x, a3m.aio.Node("wy") as y:

@@ -244,8 +244,11 @@ class Socket:
         except WouldBlock:
             if timeout == 0:
                 raise
-        await self.node._retry(lambda: sync.send(data, 0, **kw), timeout,
-                               f"send on {self.id.tag!r}", self._refused)
+        # A try after a wait says so (``_waited``): the send goes on in the cork window as
+        # one that blocked does (``Socket._sent``). The Python send takes the keyword
+        # (``sync.send`` may be the native one, which takes none: it is the try above).
+        await self.node._retry(lambda: _sync.Socket.send(sync, data, 0, _waited=True, **kw),
+                               timeout, f"send on {self.id.tag!r}", self._refused)
 
     async def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
                         cookies: Iterable[Any] | None = None, **kw: Any) -> int:
@@ -281,7 +284,7 @@ class Socket:
                     kw["cookies"] = marks[sent:]
                 try:
                     sent += await self.node._retry(
-                        partial(sync.send_many, rest, 0, **kw), left,
+                        partial(sync.send_many, rest, 0, _waited=True, **kw), left,
                         f"send_many on {self.id.tag!r}", self._refused)
                 except (Timeout, WouldBlock):
                     if sent:

@@ -215,8 +215,8 @@ class Socket:
 
     # ------------------------------------------------------------------ messages
 
-    def send(self, data: bytes, timeout: float | None = None, cookie: Any = None,
-             **kw: Any) -> None:
+    def send(self, data: bytes, timeout: float | None = None, cookie: Any = None, *,
+             _waited: bool = False, **kw: Any) -> None:
         """Send a message; blocks while no link can take it (no link, no credits).
 
         ``timeout=0`` never blocks (raises :class:`~a3m.errors.WouldBlock`). ``cookie``: any
@@ -228,7 +228,9 @@ class Socket:
         default send hooks (PUSH, PAIR, DEALER...), sends wait in the socket's buffer for
         the I/O thread's next turn, at most ``cork_s`` later, without taking the node's
         lock: as many as the links' credits took when the buffer opened, so a send still
-        returns only once a link holds a credit for it, and they leave in order."""
+        returns only once a link holds a credit for it, and they leave in order. A send that
+        had to wait (for credits, a link) counts as part of its stream, and so does one with
+        ``_waited`` (internal: ``a3m.aio``'s ``timeout=0`` try after it awaited)."""
         if type(data) is not bytes:
             data = _as_bytes(data)
         buf = self._sbuf
@@ -253,7 +255,7 @@ class Socket:
                 if len(buf):
                     self._drain(now)  # what was buffered goes first
                 if not len(buf) and core.try_send(data, cookie, **kw):
-                    self._sent(now, deadline >= 0)
+                    self._sent(now, _waited or deadline >= 0)
                     return
                 why = self._why_blocked(cookie is not None)
                 deadline, left = _time_left(
@@ -266,7 +268,8 @@ class Socket:
                 drv.wait(left)
 
     def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
-                  cookies: Iterable[Any] | None = None, **kw: Any) -> int:
+                  cookies: Iterable[Any] | None = None, *, _waited: bool = False,
+                  **kw: Any) -> int:
         """Send ``messages`` in order, exactly once each, as a loop of :meth:`send` would, but
         taking the node's lock and handing work to the transport once per batch the links
         accept instead of once per message.
@@ -274,7 +277,8 @@ class Socket:
         Returns how many were sent: all of them, unless ``timeout`` passed after some went
         (the rest were not sent; send them again). Raises as :meth:`send` does when none
         could be sent (``WouldBlock`` for ``timeout=0``, ``Timeout``). ``cookies``: one per
-        message (None where a message has none), as :meth:`send`'s ``cookie``."""
+        message (None where a message has none), as :meth:`send`'s ``cookie``; ``_waited``
+        as :meth:`send`'s."""
         items = messages if type(messages) is list else list(messages)
         marks = None if cookies is None else list(cookies)
         if marks is not None and len(marks) != len(items):
@@ -305,7 +309,7 @@ class Socket:
                     None if marks is None else marks[sent:], **kw)
                 if went:
                     sent += went
-                    self._sent(now, deadline >= 0)
+                    self._sent(now, _waited or deadline >= 0)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
                     why = self._why_blocked(marks is not None)
