@@ -203,8 +203,14 @@ class NodeCore(NodeBase):
     # ------------------------------------------------------------------ timers
 
     def next_timer(self) -> float | None:
-        times = [t for s in self.sockets.values() if (t := s.next_timer()) is not None]
-        return min(times) if times else None
+        # (a loop, not min() of a list: this runs a few times a round trip, and the list
+        # and its boxed times were allocations each)
+        first: float | None = None
+        for sock in self.sockets.values():
+            t = sock.next_timer()
+            if t is not None and (first is None or t < first):
+                first = t
+        return first
 
     def handle_timer(self, now: float) -> None:
         self.now = now
