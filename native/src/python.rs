@@ -53,7 +53,7 @@ static WIRE_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 fn wire_error<'py>(py: Python<'py>, e: &wire::WireError) -> PyResult<Bound<'py, PyAny>> {
     let cls = WIRE_ERROR.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        Ok(py.import("a3m.exon.wire")?.getattr("WireError")?.unbind())
+        Ok(py.import("a3m.exon.wire")?.getattr(pyo3::intern!(py, "WireError"))?.unbind())
     })?;
     cls.bind(py).call1((e.kind, e.detail.as_str()))
 }
@@ -312,7 +312,8 @@ const DEST_CACHE: usize = 8;
 
 impl UdpIo {
     pub(crate) fn fd(&self, py: Python<'_>) -> PyResult<i32> {
-        let fd: i32 = self.sock.bind(py).call_method0("fileno")?.extract()?;
+        // (the name interned once: a str made per call was an allocation per system call)
+        let fd: i32 = self.sock.bind(py).call_method0(pyo3::intern!(py, "fileno"))?.extract()?;
         if fd < 0 {
             return Err(PyOSError::new_err((libc::EBADF, "Bad file descriptor")));
         }
@@ -371,7 +372,7 @@ impl UdpIo {
     #[pyo3(signature = (sock, gso = true, gro = true))]
     fn new(py: Python<'_>, sock: Py<PyAny>, gso: bool, gro: bool) -> PyResult<Self> {
         guard("UdpIo", || {
-            let fd: i32 = sock.bind(py).call_method0("fileno")?.extract()?;
+            let fd: i32 = sock.bind(py).call_method0(pyo3::intern!(py, "fileno"))?.extract()?;
             let udp = Udp::new(fd, gso, gro).map_err(PyErr::from)?;
             Ok(UdpIo {
                 sock,
@@ -516,7 +517,7 @@ impl UdpIo {
                         }
                         resolved_elsewhere.push((payload, addr));
                         for (p, a) in resolved_elsewhere.drain(..) {
-                            if self.sock.bind(py).call_method1("sendto", (p, a)).is_err() {
+                            if self.sock.bind(py).call_method1(pyo3::intern!(py, "sendto"), (p, a)).is_err() {
                                 errors += 1;
                             }
                         }
@@ -539,7 +540,7 @@ const DETACH_AT: usize = 8;
 impl UdpIo {
     /// The socket's own `sendto` (a host name to resolve).
     pub(crate) fn sock_sendto(&self, py: Python<'_>, data: &Bound<'_, PyBytes>, addr: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.sock.bind(py).call_method1("sendto", (data, addr)).map(|_| ())
+        self.sock.bind(py).call_method1(pyo3::intern!(py, "sendto"), (data, addr)).map(|_| ())
     }
 
     pub(crate) fn send_now(&self, py: Python<'_>, fd: i32, data: &[u8], dgrams: &[(usize, usize, SocketAddr)]) -> usize {

@@ -131,14 +131,14 @@ impl ClockStore for PyHost {
     fn load(&mut self) -> u64 {
         Python::attach(|py| {
             let store = self.get(py, |r| &r.store)?;
-            self.keep(store.bind(py).call_method0("load").and_then(|v| v.extract::<u64>()))
+            self.keep(store.bind(py).call_method0(pyo3::intern!(py, "load")).and_then(|v| v.extract::<u64>()))
         })
         .unwrap_or(0)
     }
     fn reserve(&mut self, upto: u64) {
         Python::attach(|py| {
             if let Some(store) = self.get(py, |r| &r.store) {
-                self.keep(store.bind(py).call_method1("reserve", (upto,)));
+                self.keep(store.bind(py).call_method1(pyo3::intern!(py, "reserve"), (upto,)));
             }
         });
     }
@@ -165,13 +165,13 @@ impl Host<PyAddr> for PyHost {
     fn sec_holding(&mut self, peer: &str) -> bool {
         let sec = Python::attach(|py| locked(&self.sec).as_ref().map(|s| s.clone_ref(py)));
         let Some(s) = sec else { return false };
-        Python::attach(|py| self.keep(s.bind(py).call_method1("holding", (peer,)).and_then(|v| v.extract::<bool>())))
+        Python::attach(|py| self.keep(s.bind(py).call_method1(pyo3::intern!(py, "holding"), (peer,)).and_then(|v| v.extract::<bool>())))
             .unwrap_or(false)
     }
     fn pacer_admit(&mut self, reserved: f64, now: f64, grace: f64) -> f64 {
         Python::attach(|py| {
             let pacer = self.get(py, |r| &r.pacer)?;
-            self.keep(pacer.bind(py).call_method1("admit", (reserved, now, grace)).and_then(|v| v.extract::<f64>()))
+            self.keep(pacer.bind(py).call_method1(pyo3::intern!(py, "admit"), (reserved, now, grace)).and_then(|v| v.extract::<f64>()))
         })
         .unwrap_or(0.0)
     }
@@ -518,7 +518,7 @@ impl ExonCore {
         if !events.is_empty() {
             let dq = self.events.bind(py);
             for ev in events {
-                dq.call_method1("append", (self.event(py, ev)?,))?;
+                dq.call_method1(pyo3::intern!(py, "append"), (self.event(py, ev)?,))?;
             }
         }
         let taken = locked(&self.err).take();
@@ -578,7 +578,7 @@ impl ExonCore {
             return self.sync_events(py);
         }
         let addr = io.addr_object(py, sa)?;
-        let opened = sec.call_method1("open", (PyBytes::new(py, d), &addr, now))?;
+        let opened = sec.call_method1(pyo3::intern!(py, "open"), (PyBytes::new(py, d), &addr, now))?;
         self.opened(py, &opened, addr.as_any(), now)
     }
 
@@ -604,7 +604,7 @@ impl ExonCore {
                 return self.sync_events(py);
             }
         }
-        let opened = sec.call_method1("open", (data, addr, now))?;
+        let opened = sec.call_method1(pyo3::intern!(py, "open"), (data, addr, now))?;
         self.opened(py, &opened, addr, now)
     }
 }
@@ -699,7 +699,7 @@ impl ExonCore {
     /// Attach the secure layer (made with this core's callbacks).
     fn attach_secure(&self, py: Python<'_>, sec: Py<PyAny>) -> PyResult<()> {
         let s = sec.bind(py);
-        let t = s.call_method0("session_table")?;
+        let t = s.call_method0(pyo3::intern!(py, "session_table"))?;
         let table = match t.cast::<crate::python_session::SessionTable>() {
             Ok(t) => t.borrow().inner.clone(),
             Err(_) => {
@@ -710,7 +710,7 @@ impl ExonCore {
         };
         let unanswered = py
             .import("a3m.exon.secure.state")?
-            .getattr("UNANSWERED_REHANDSHAKE")
+            .getattr(pyo3::intern!(py, "UNANSWERED_REHANDSHAKE"))
             .and_then(|v| v.extract::<i64>())
             .unwrap_or(4);
         *locked(&self.fast) = Some(FastPath { table, unanswered_rehandshake: unanswered });
@@ -769,7 +769,7 @@ impl ExonCore {
         let (loaded, rtt) = match self.sec(py) {
             Some(s) => {
                 let s = s.bind(py);
-                (s.call_method1("loaded", (peer,))?.extract::<bool>()?, s.call_method1("handshake_rtt", (peer,))?.extract::<f64>()?)
+                (s.call_method1(pyo3::intern!(py, "loaded"), (peer,))?.extract::<bool>()?, s.call_method1(pyo3::intern!(py, "handshake_rtt"), (peer,))?.extract::<f64>()?)
             }
             None => (false, 0.0),
         };
@@ -779,7 +779,7 @@ impl ExonCore {
 
     #[pyo3(signature = (node_id, addr, public_key = None))]
     fn associate(&self, py: Python<'_>, node_id: &str, addr: Py<PyAny>, public_key: Option<Py<PyAny>>) -> PyResult<()> {
-        py.import("a3m.exon.wire")?.call_method1("encode_id", (node_id,))?;
+        py.import("a3m.exon.wire")?.call_method1(pyo3::intern!(py, "encode_id"), (node_id,))?;
         self.eng(py).associate(node_id, PyAddr::new(addr));
         if let Some(k) = public_key {
             match self.sec(py) {
@@ -788,8 +788,8 @@ impl ExonCore {
                     return Err(PyErr::from_value(e));
                 }
                 Some(s) => {
-                    let key = py.import("a3m.exon.secure")?.call_method1("parse_public_key", (k,))?;
-                    s.bind(py).getattr("trust")?.call_method1("pin", (node_id, key))?;
+                    let key = py.import("a3m.exon.secure")?.call_method1(pyo3::intern!(py, "parse_public_key"), (k,))?;
+                    s.bind(py).getattr(pyo3::intern!(py, "trust"))?.call_method1(pyo3::intern!(py, "pin"), (node_id, key))?;
                 }
             }
         }
@@ -813,14 +813,14 @@ impl ExonCore {
         if dq.len()? == 0 {
             return Ok(None);
         }
-        Ok(Some(dq.call_method0("popleft")?.unbind()))
+        Ok(Some(dq.call_method0(pyo3::intern!(py, "popleft"))?.unbind()))
     }
 
     fn drain_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         self.sync(py)?;
         let dq = self.events.bind(py);
         let out = PyList::new(py, dq.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
-        dq.call_method0("clear")?;
+        dq.call_method0(pyo3::intern!(py, "clear"))?;
         Ok(out)
     }
 
@@ -833,7 +833,7 @@ impl ExonCore {
             return Ok(true);
         }
         match self.sec(py) {
-            Some(s) => s.bind(py).call_method0("has_output")?.extract(),
+            Some(s) => s.bind(py).call_method0(pyo3::intern!(py, "has_output"))?.extract(),
             None => Ok(false),
         }
     }
@@ -1017,8 +1017,8 @@ impl ExonCore {
         let control = |b: &mut OutBatch| -> PyResult<()> {
             let Some(s) = &sec else { return Ok(()) };
             let s = s.bind(py);
-            if s.call_method0("has_output")?.extract::<bool>()? {
-                let ctl = s.call_method0("take_control")?;
+            if s.call_method0(pyo3::intern!(py, "has_output"))?.extract::<bool>()? {
+                let ctl = s.call_method0(pyo3::intern!(py, "take_control"))?;
                 let mut first = OutBatch::default();
                 for item in ctl.cast::<PyList>()?.iter() {
                     let t = item.cast::<PyTuple>()?;
@@ -1044,7 +1044,7 @@ impl ExonCore {
                             if !self.seal_fast_to(py, &name, &plains, now, &mut Sink::Batch(&mut batch, io))? {
                                 let pl = PyList::new(py, plains.iter().map(|p| PyBytes::new(py, p)))?;
                                 let out = PyList::empty(py);
-                                s.bind(py).call_method1("seal_many", (name, pl, addr.bind(py), now, &out))?;
+                                s.bind(py).call_method1(pyo3::intern!(py, "seal_many"), (name, pl, addr.bind(py), now, &out))?;
                                 self.append_list(py, io, &mut batch, &out)?;
                             }
                         }
@@ -1055,7 +1055,7 @@ impl ExonCore {
                         }
                         Some(s) => {
                             let out = PyList::empty(py);
-                            s.bind(py).call_method1("seal", (self.name(py, &peer), PyBytes::new(py, &plain), addr.bind(py), now, &out))?;
+                            s.bind(py).call_method1(pyo3::intern!(py, "seal"), (self.name(py, &peer), PyBytes::new(py, &plain), addr.bind(py), now, &out))?;
                             self.append_list(py, io, &mut batch, &out)?;
                         }
                     },
@@ -1085,7 +1085,7 @@ impl ExonCore {
             }
             return self.sync(py);
         }
-        let live = sec.call_method0("sessions_by_index")?;
+        let live = sec.call_method0(pyo3::intern!(py, "sessions_by_index"))?;
         let live = live.cast::<PyDict>()?;
         let mut rest: Vec<Bound<'_, PyAny>> = Vec::new();
         for item in batch.iter() {
@@ -1128,7 +1128,7 @@ impl ExonCore {
                 let bytes: &[u8] = match data.cast::<PyBytes>() {
                     Ok(x) => x.as_bytes(),
                     Err(_) => {
-                        b = data.call_method0("__bytes__").or_else(|_| py.import("builtins")?.getattr("bytes")?.call1((data,)))?.extract()?;
+                        b = data.call_method0(pyo3::intern!(py, "__bytes__")).or_else(|_| py.import("builtins")?.getattr(pyo3::intern!(py, "bytes"))?.call1((data,)))?.extract()?;
                         &b
                     }
                 };
@@ -1146,8 +1146,8 @@ impl ExonCore {
         if items.is_empty() {
             if let Some(s) = &sec {
                 let s = s.bind(py);
-                if s.call_method0("has_output")?.extract::<bool>()? {
-                    let ctl = s.call_method0("take_control")?;
+                if s.call_method0(pyo3::intern!(py, "has_output"))?.extract::<bool>()? {
+                    let ctl = s.call_method0(pyo3::intern!(py, "take_control"))?;
                     let ctl = ctl.cast::<PyList>()?;
                     self.count(py, ctl)?;
                     self.sync(py)?;
@@ -1169,14 +1169,14 @@ impl ExonCore {
                         let name = self.name(py, &peer);
                         if !self.seal_fast(py, &name, &plains, now, &result)? {
                             let pl = PyList::new(py, plains.iter().map(|p| PyBytes::new(py, p)))?;
-                            s.bind(py).call_method1("seal_many", (name, pl, addr.bind(py), now, &result))?;
+                            s.bind(py).call_method1(pyo3::intern!(py, "seal_many"), (name, pl, addr.bind(py), now, &result))?;
                         }
                     }
                 },
                 OutItem::Solo { peer, addr, plain } => match &sec {
                     None => result.append((PyBytes::new(py, &plain), addr.bind(py)))?,
                     Some(s) => {
-                        s.bind(py).call_method1("seal", (self.name(py, &peer), PyBytes::new(py, &plain), addr.bind(py), now, &result))?;
+                        s.bind(py).call_method1(pyo3::intern!(py, "seal"), (self.name(py, &peer), PyBytes::new(py, &plain), addr.bind(py), now, &result))?;
                     }
                 },
             }
@@ -1184,9 +1184,9 @@ impl ExonCore {
         let mut out = result;
         if let Some(s) = &sec {
             let s = s.bind(py);
-            if s.call_method0("has_output")?.extract::<bool>()? {
-                let ctl = s.call_method0("take_control")?;
-                let joined = ctl.call_method1("__add__", (&out,))?;
+            if s.call_method0(pyo3::intern!(py, "has_output"))?.extract::<bool>()? {
+                let ctl = s.call_method0(pyo3::intern!(py, "take_control"))?;
+                let joined = ctl.call_method1(pyo3::intern!(py, "__add__"), (&out,))?;
                 out = joined.cast::<PyList>()?.clone();
             }
         }
@@ -1198,7 +1198,7 @@ impl ExonCore {
     fn next_timer(&self, py: Python<'_>) -> PyResult<Option<f64>> {
         let t_exon = self.eng(py).exon_timer();
         if let Some(s) = self.sec(py) {
-            let t: Option<f64> = s.bind(py).call_method0("next_timer")?.extract()?;
+            let t: Option<f64> = s.bind(py).call_method0(pyo3::intern!(py, "next_timer"))?.extract()?;
             if let Some(ts) = t {
                 if t_exon.is_none_or(|te| ts < te) {
                     return Ok(Some(ts));
@@ -1211,7 +1211,7 @@ impl ExonCore {
     fn handle_timer(&self, py: Python<'_>, now: f64) -> PyResult<()> {
         self.eng(py).timer_ack_due(now);
         if let Some(s) = self.sec(py) {
-            s.bind(py).call_method1("handle_timer", (now,))?;
+            s.bind(py).call_method1(pyo3::intern!(py, "handle_timer"), (now,))?;
         }
         self.eng(py).handle_exon_timers(now);
         self.sync(py)
