@@ -129,3 +129,28 @@ def test_the_reasons_are_kept_once_and_the_sides_added_up() -> None:
                             "allocations": 12.5, "syscalls": None}
     assert total({"client": sides["client"], "server": None})["cpu_us"] is None
     assert total(None)["cpu_us"] is None
+
+
+def test_the_asyncio_bench_gives_its_nodes_the_busy_poll_asked_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``a3m bench reqrep --asyncio --busy-poll-s S`` reaches a3m.aio's nodes (it was once
+    taken and dropped: every such run polled with the default)."""
+    import asyncio
+
+    import a3m.aio
+    from a3m.benchmarks import aio
+
+    made: list[dict[str, Any]] = []
+    real = a3m.aio.Node
+
+    def recorded(*args: Any, **kw: Any) -> Any:
+        made.append(kw)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(a3m.aio, "Node", recorded)
+    report = asyncio.run(aio.a3m_one_process("reqrep", 20, 64, busy_poll_s=0.0))
+    assert report["round_trips"] >= 19
+    assert [kw.get("busy_poll_s") for kw in made] == [0.0, 0.0]
+    made.clear()
+    asyncio.run(aio.a3m_one_process("reqrep", 20, 64))
+    assert made and all("busy_poll_s" not in kw for kw in made)

@@ -92,14 +92,22 @@ def _work(workload: str, count: bool) -> Work | None:
     return Work(count) if workload == "reqrep" else None
 
 
+def _options(busy_poll_s: float | None) -> dict[str, Any]:
+    """The a3m.aio nodes' options: ``busy_poll_s`` when given (None: the node's default)."""
+    return {} if busy_poll_s is None else {"busy_poll_s": busy_poll_s}
+
+
 async def a3m_one_process(workload: str, messages: int, size: int,
-                          count: bool = False) -> dict[str, Any]:
+                          count: bool = False, busy_poll_s: float | None = None
+                          ) -> dict[str, Any]:
     import a3m
     import a3m.aio
 
     n = _n(workload, messages)
     work = _work(workload, count)
-    async with a3m.aio.Node("bench-aio-rx") as rx, a3m.aio.Node("bench-aio-tx") as tx:
+    opts = _options(busy_poll_s)
+    async with a3m.aio.Node("bench-aio-rx", **opts) as rx, \
+            a3m.aio.Node("bench-aio-tx", **opts) as tx:
         tx.associate(rx.id, rx.address)
         if work is not None:
             rep = rx.socket(a3m.REP, "rep")
@@ -124,13 +132,14 @@ async def a3m_one_process(workload: str, messages: int, size: int,
 
 
 def a3m_server(ready: Any, results: Any, workload: str, messages: int, size: int,
-               loop: str = "asyncio", count: bool = False, **_: Any) -> None:
+               loop: str = "asyncio", count: bool = False, busy_poll_s: float | None = None,
+               **_: Any) -> None:
     async def main() -> dict[str, Any]:
         import a3m
         import a3m.aio
 
         work = _work(workload, count)
-        async with a3m.aio.Node("bench-aio-rx") as node:
+        async with a3m.aio.Node("bench-aio-rx", **_options(busy_poll_s)) as node:
             n = _n(workload, messages)
             if work is not None:
                 rep = node.socket(a3m.REP, "rep")
@@ -154,13 +163,14 @@ def a3m_server(ready: Any, results: Any, workload: str, messages: int, size: int
 
 
 def a3m_client(address: Any, results: Any, workload: str, messages: int, size: int,
-               loop: str = "asyncio", count: bool = False, **_: Any) -> None:
+               loop: str = "asyncio", count: bool = False, busy_poll_s: float | None = None,
+               **_: Any) -> None:
     async def main() -> dict[str, Any]:
         import a3m
         import a3m.aio
 
         work = _work(workload, count)
-        async with a3m.aio.Node("bench-aio-tx") as node:
+        async with a3m.aio.Node("bench-aio-tx", **_options(busy_poll_s)) as node:
             node.associate("bench-aio-rx", tuple(address))
             n = _n(workload, messages)
             kind, peer = ((a3m.REQ, "bench-aio-rx/rep") if workload == "reqrep"
@@ -307,22 +317,24 @@ def zmq_client(address: Any, results: Any, workload: str, messages: int, size: i
 # ------------------------------------------------------------------ running them
 
 def _single(system: str, workload: str, messages: int, size: int, loop: str,
-            results: Any, count: bool = False) -> None:
-    fn = a3m_one_process if system == "a3m.aio" else zmq_one_process
+            results: Any, count: bool = False, busy_poll_s: float | None = None) -> None:
     try:
-        results.put(_run(fn(workload, messages, size, count), loop))
+        job = (a3m_one_process(workload, messages, size, count, busy_poll_s)
+               if system == "a3m.aio" else zmq_one_process(workload, messages, size, count))
+        results.put(_run(job, loop))
     except Exception as exc:
         results.put({"error": repr(exc)})
 
 
 def run_single(system: str, workload: str, messages: int, size: int, loop: str,
                cpus: set[int] | None, timeout: float = 300.0,
-               count: bool = False) -> dict[str, Any]:
+               count: bool = False, busy_poll_s: float | None = None) -> dict[str, Any]:
     """Both sides in one process (one event loop), spawned afresh."""
     ctx = mp.get_context("spawn")
     results: Any = ctx.Queue()
     proc = ctx.Process(target=_pinned, args=(_single, cpus, system, workload, messages, size,
-                                             loop, results, count), daemon=True)
+                                             loop, results, count, busy_poll_s),
+                       daemon=True)
     proc.start()
     try:
         report: dict[str, Any] = results.get(timeout=timeout)
@@ -338,11 +350,14 @@ def run_single(system: str, workload: str, messages: int, size: int, loop: str,
 
 
 def measure(system: str, workload: str, messages: int, size: int, loop: str, processes: int,
-            placement: str, count: bool = False) -> dict[str, Any]:
+            placement: str, count: bool = False, busy_poll_s: float | None = None
+            ) -> dict[str, Any]:
     """One run: the figure of ``system`` on ``loop`` in one or two processes (REQ/REP: and
-    its work per round trip, with ``count`` the Python calls and system calls too)."""
+    its work per round trip, with ``count`` the Python calls and system calls too);
+    ``busy_poll_s``: a3m.aio's nodes' (None: their default)."""
     if processes == 1:
-        rep = run_single(system, workload, messages, size, loop, None, count=count)
+        rep = run_single(system, workload, messages, size, loop, None, count=count,
+                         busy_poll_s=busy_poll_s)
         rx = tx = rep
     else:
         server, client = ((a3m_server, a3m_client) if system == "a3m.aio"
@@ -351,6 +366,8 @@ def measure(system: str, workload: str, messages: int, size: int, loop: str, pro
                                   "loop": loop}
         if count:
             params["count"] = True
+        if busy_poll_s is not None and system == "a3m.aio":
+            params["busy_poll_s"] = busy_poll_s
         rx, tx = run_pair(server, client, params, timeout=300, placement=placement)
     if workload == "reqrep":
         out = {k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "round_trips")}
@@ -367,7 +384,7 @@ def measure(system: str, workload: str, messages: int, size: int, loop: str, pro
 def run_aio_bench(workload: str, size: int, messages: int, progress: Progress,
                   placement: str = "spread", loops: tuple[str, ...] = ("asyncio",),
                   sets: int = 1, processes: tuple[int, ...] = (1, 2),
-                  count: bool = False) -> dict[str, Any]:
+                  count: bool = False, busy_poll_s: float | None = None) -> dict[str, Any]:
     """``sets`` same-run sets of every (loop, processes, system); the medians per
     configuration, and a3m.aio against pyzmq.asyncio (p50 ratio, or throughput ratio).
     REQ/REP: each configuration's work per round trip too (``work``: per system, the median
@@ -391,7 +408,7 @@ def run_aio_bench(workload: str, size: int, messages: int, progress: Progress,
                                            "processes": procs}
                     try:
                         row.update(measure(system, workload, messages, size, loop, procs,
-                                           placement, count))
+                                           placement, count, busy_poll_s))
                     except WorkerFailed as exc:
                         row["error"] = str(exc)
                     runs.append(row)
@@ -428,7 +445,7 @@ def run_aio_bench(workload: str, size: int, messages: int, progress: Progress,
         hoist_why(result, list((r.get("work") or {}).values()))
     return {"workload": workload, "asyncio": True, "size": size, "messages": messages,
             "placement": placement, "sets": sets, "metric": metric, "counted": count,
-            **result,
+            "busy_poll_s": busy_poll_s, **result,
             "ratio_means": ("a3m.aio p50 / pyzmq.asyncio p50 (below 1: a3m faster)"
                             if workload == "reqrep" else
                             "a3m.aio msg/s / pyzmq.asyncio msg/s (above 1: a3m faster)"),

@@ -516,7 +516,8 @@ def _asyncio(args: argparse.Namespace) -> int:
         return _error("need --sets >= 1, --size >= 8 and --messages >= 2")
     result = aio.run_aio_bench(args.workload, args.size, args.messages, _progress,
                                placement=args.placement, loops=loops, sets=args.sets,
-                               processes=procs, count=getattr(args, "count", False))
+                               processes=procs, count=getattr(args, "count", False),
+                               busy_poll_s=getattr(args, "busy_poll_s", None))
     text = _save(result, args, args.plot, aio.plot)
     if args.json:
         print(text)
