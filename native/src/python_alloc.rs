@@ -50,6 +50,7 @@ fn count() {
 /// (`hook`) only with a leaked `Box<PyMemAllocatorEx>` as their `ctx` (`WRAPPED`), never
 /// freed nor written while it may be read, and the interpreter passes it back unchanged.
 #[inline]
+// SAFETY: an `unsafe fn` only because its caller must vouch for `ctx` (the contract above).
 unsafe fn wrapped<'a>(ctx: *mut c_void) -> &'a PyMemAllocatorEx {
     // SAFETY: the caller's contract (above): a live, never-written PyMemAllocatorEx.
     unsafe { &*(ctx as *const PyMemAllocatorEx) }
@@ -111,18 +112,17 @@ fn hook(ctx: *mut PyMemAllocatorEx) -> PyMemAllocatorEx {
 
 /// Two allocators are the same functions on the same context.
 fn same(a: &PyMemAllocatorEx, b: &PyMemAllocatorEx) -> bool {
-    let addr = |f: Option<usize>| f.unwrap_or(0);
     a.ctx == b.ctx
-        && addr(a.malloc.map(|f| f as usize)) == addr(b.malloc.map(|f| f as usize))
-        && addr(a.calloc.map(|f| f as usize)) == addr(b.calloc.map(|f| f as usize))
-        && addr(a.realloc.map(|f| f as usize)) == addr(b.realloc.map(|f| f as usize))
-        && addr(a.free.map(|f| f as usize)) == addr(b.free.map(|f| f as usize))
+        && a.malloc.map(|f| f as usize) == b.malloc.map(|f| f as usize)
+        && a.calloc.map(|f| f as usize) == b.calloc.map(|f| f as usize)
+        && a.realloc.map(|f| f as usize) == b.realloc.map(|f| f as usize)
+        && a.free.map(|f| f as usize) == b.free.map(|f| f as usize)
 }
 
 fn current(domain: PyMemAllocatorDomain) -> PyMemAllocatorEx {
     let mut cur = empty();
-    // SAFETY: PyMem_GetAllocator only writes the struct it is given, which lives across the
-    // call; the caller holds the interpreter's lock (the `Python` token of `set_counting`).
+    // (the caller holds the interpreter's lock: the `Python` token of `set_counting`)
+    // SAFETY: PyMem_GetAllocator only writes the struct it is given, alive across the call.
     unsafe { PyMem_GetAllocator(domain, &mut cur) };
     cur
 }
@@ -139,25 +139,25 @@ fn set_counting(_py: Python<'_>, on: bool) {
         let cur = current(domain);
         if on && !in_chain {
             let reuse = !mine.is_null() && {
-                // SAFETY: `mine` is a leaked box of ours, out of every chain (not in_chain):
-                // nothing writes it; read under the interpreter's lock.
-                same(unsafe { &*mine }, &cur)
+                // (`mine` is out of every chain, not in_chain: nothing writes it)
+                // SAFETY: `mine` is a leaked box of ours, never freed, read under the GIL.
+                let kept = unsafe { &*mine };
+                same(kept, &cur)
             };
             let ctx = if reuse { mine } else { Box::into_raw(Box::new(cur)) };
             WRAPPED[i].store(ctx, Ordering::Relaxed);
             let mut h = hook(ctx);
-            // SAFETY: a hook that calls the allocator it wraps may be set at any time with the
-            // interpreter's lock held (the C API's rule for PyMem_SetAllocator); the struct is
-            // copied by the call; `ctx` stays valid for ever (never freed).
+            // (the C API allows a hook that calls the allocator it wraps to be set at any time
+            // with the interpreter's lock held; the struct is copied by the call)
+            // SAFETY: GIL held, a wrapping hook, and its `ctx` is never freed.
             unsafe { PyMem_SetAllocator(domain, &mut h) };
             IN_CHAIN[i].store(true, Ordering::Relaxed);
         } else if !on && in_chain && cur.ctx == mine.cast::<c_void>() {
-            // SAFETY: `mine` is our hook's ctx (a leaked box, never freed); it is read here,
-            // under the interpreter's lock, before the hook leaves the chain.
+            // SAFETY: `mine` is our hook's ctx (a leaked box, never freed), read under the GIL.
             let mut prev = unsafe { *mine };
-            // SAFETY: putting back the allocator our hook wrapped, which is still on top of the
-            // chain below it, with the interpreter's lock held: every block either allocated
-            // stays the wrapped allocator's; the struct is copied by the call.
+            // (the allocator our hook wrapped goes back on top: every block, allocated through
+            // the hook or not, belongs to it; the struct is copied by the call)
+            // SAFETY: GIL held, and `prev` is the allocator below our hook in the chain.
             unsafe { PyMem_SetAllocator(domain, &mut prev) };
             IN_CHAIN[i].store(false, Ordering::Relaxed);
         }

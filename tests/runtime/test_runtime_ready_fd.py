@@ -16,17 +16,14 @@ import pytest
 import a3m
 from a3m.runtime.sockets import Socket
 
+from .streams import push_pull
+
 
 @pytest.fixture
 def pair() -> Iterator[tuple[a3m.Node, a3m.Node, a3m.Socket, a3m.Socket]]:
     """A PUSH on one node linked to a PULL on another."""
-    with a3m.Node("fd-a") as a, a3m.Node("fd-b") as b:
-        a.associate("fd-b", b.address)
-        pull = b.socket(a3m.PULL, "in")
-        push = a.socket(a3m.PUSH, "out")
-        push.link("fd-b/in")
-        assert push.wait_linked(timeout=10)
-        yield a, b, push, pull
+    with push_pull("fd") as nodes_and_sockets:
+        yield nodes_and_sockets
 
 
 def _readable(sock: a3m.Socket, timeout: float) -> bool:

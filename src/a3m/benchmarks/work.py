@@ -153,7 +153,7 @@ UNITS = ("cpu_us", "wakeups", "py_calls", "allocations", "syscalls")
 def total(sides: dict[str, dict[str, Any] | None] | None) -> dict[str, float | None]:
     """A run's work per round trip, its sides' (client and server, or the one process's)
     added up: per unit, None when a side has no figure for it (not counted, or no report)."""
-    reports = [w for w in (sides or {}).values()]
+    reports = list((sides or {}).values())
     out: dict[str, float | None] = {}
     for unit in UNITS:
         vals = [w.get(unit) if w else None for w in reports]

@@ -32,7 +32,7 @@ class ReadyPipe:
     def changed(self, events: int) -> None:
         """After a change: make the descriptor readable if ``events`` has a bit the last look
         (or change) did not."""
-        if events & ~self.seen and not self.posted and self.w >= 0:
+        if events & ~self.seen and not self.posted:
             self.posted = True
             try:
                 os.write(self.w, b"\0")

@@ -169,7 +169,7 @@ class Socket:
         self._flags: list[tuple[int, Any, int]] = []
         self._flags_done = 0  # those before it were reported
         #: The descriptor :meth:`fileno` gives (made at its first call).
-        self._ready: ReadyPipe | None = None
+        self._ready_pipe: ReadyPipe | None = None
 
     # ------------------------------------------------------------------ links
 
@@ -662,9 +662,9 @@ class Socket:
         from an event loop first."""
         with self.node._driver.lock:
             self._check_open()
-            pipe = self._ready
+            pipe = self._ready_pipe
             if pipe is None:
-                pipe = self._ready = ReadyPipe()
+                pipe = self._ready_pipe = ReadyPipe()
                 pipe.changed(self._events_now())  # ready already: readable at once
                 self.node._watch_ready(self, pipe)
             return pipe.r
@@ -700,7 +700,7 @@ class Socket:
     def _look(self, flags: int) -> int:
         """Under the node's lock: the descriptor read clear, then the events of ``flags``
         the socket is ready for (what it saw is remembered: a later change posts)."""
-        pipe = self._ready
+        pipe = self._ready_pipe
         if pipe is None:
             return self._events_now() & flags
         pipe.clear()
@@ -710,7 +710,7 @@ class Socket:
     def _ready_changed(self) -> None:
         """Under the node's lock, after a turn or a call (the node's listener): post on
         the descriptor if the socket became ready for something new."""
-        pipe = self._ready
+        pipe = self._ready_pipe
         if pipe is not None:
             pipe.changed(self._events_now())
 
@@ -772,9 +772,9 @@ class Socket:
             clean = False
         self._closed = True
         self.node._forget_socket(self.id.tag)
-        if self._ready is not None:
+        if self._ready_pipe is not None:
             self.node._watch_ready(self, None)
-            self._ready.close()
+            self._ready_pipe.close()
         return clean
 
     def __enter__(self) -> Socket:
@@ -804,10 +804,16 @@ class Poller:
     def unregister(self, socket: Socket) -> None:
         self._sockets.pop(socket, None)
 
-    def _ready(self) -> list[tuple[Socket, int]]:
+    def _ready(self, lock: bool = False) -> list[tuple[Socket, int]]:
+        """The sockets ready for what they were registered for, each looked at (under its
+        node's lock: taken here with ``lock``, else held by the caller)."""
         out = []
         for sock, wanted in self._sockets.items():
-            ev = sock._look(wanted)
+            if lock:
+                with sock.node._driver.lock:
+                    ev = sock._look(wanted)
+            else:
+                ev = sock._look(wanted)
             if ev:
                 out.append((sock, ev))
         return out
@@ -839,12 +845,7 @@ class Poller:
         for sock in self._sockets:
             waiting.register(sock.fileno(), select.POLLIN)
         while True:
-            ready = []
-            for sock, wanted in self._sockets.items():
-                with sock.node._driver.lock:
-                    ev = sock._look(wanted)
-                if ev:
-                    ready.append((sock, ev))
+            ready = self._ready(lock=True)
             if ready:
                 return ready
             left = None if deadline is None else deadline - time.monotonic()
