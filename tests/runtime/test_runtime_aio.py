@@ -362,6 +362,51 @@ def test_an_idle_node_has_no_periodic_turn() -> None:
     run(main)
 
 
+def test_a_wait_without_a_timeout_arms_no_timer_of_its_own() -> None:
+    """A coroutine's wait without a timeout (a round trip's ``recv``) arms no timer: the
+    driver's one safety net covers every waiter (was: a ``call_later`` and its cancel per
+    wait, 2 a round trip, whose cancelled handles stayed in asyncio's heap). A wait with a
+    timeout shorter than the net still gets its own, and a wait on a closed node ends."""
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        armed: list[str] = []
+        real = loop.call_at
+
+        def call_at(when: float, cb: Callable[..., object], *args: object,
+                    **kw: Any) -> asyncio.TimerHandle:
+            armed.append(getattr(cb, "__name__", ""))
+            return real(when, cb, *args, **kw)
+
+        loop.call_at = call_at  # type: ignore[method-assign]
+        async with a3m.aio.Node("nt-x") as x, a3m.aio.Node("nt-y") as y:
+            x.associate(y.id, y.address)
+            rep = y.socket(a3m.REP, "rep")
+            req = x.socket(a3m.REQ, "req")
+            req.link(rep.id)
+            assert await req.wait_linked(timeout=OP_S)
+
+            async def serve(n: int) -> None:
+                for _ in range(n):
+                    await rep.send(await rep.recv())
+
+            server = asyncio.create_task(serve(300))
+            del armed[:]
+            for i in range(300):
+                await req.send(b"q%d" % i)
+                assert await req.recv() == b"q%d" % i
+            await server
+            assert armed.count("_wake") == 0  # (was 600)
+            assert armed.count("_on_net") <= 2 * (1 + int(TEST_S))
+            with pytest.raises(a3m.Timeout):
+                await rep.recv(timeout=0.05)
+            assert armed.count("_wake") == 1
+            drv = y.sync._driver
+        drv.stop()
+        await asyncio.wait_for(drv.changed(None), OP_S)  # the net ends it: no hang
+
+    run(main)
+
+
 def test_rebind_keeps_the_links_and_the_stream() -> None:
     async def main() -> None:
         async with a3m.aio.Node("rx") as x, a3m.aio.Node("ry") as y:

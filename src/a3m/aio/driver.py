@@ -98,6 +98,9 @@ class LoopDriver:
         self._waiters = 0  # worker threads in cond.wait
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = _INF
+        #: The waiting coroutines' safety net (``changed``): armed by a wait without a
+        #: shorter timeout of its own when none is, it wakes them all within MAX_SLEEP_S.
+        self._net: asyncio.TimerHandle | None = None
         self._soon = False  # a turn is scheduled with call_soon
         #: No turn is running (the threaded driver's flag, under its name: the node reads it
         #: inline, ``drv._sleeping or not drv._running``).
@@ -278,12 +281,19 @@ class LoopDriver:
         that; the waiter looks again, with no turn of the node)."""
         fut = self.loop.create_future()
         self._futures.append(fut)
-        wait = MAX_SLEEP_S if timeout is None or timeout > MAX_SLEEP_S else timeout
-        handle = self.loop.call_later(wait, _wake, fut)
+        handle: asyncio.TimerHandle | None = None
+        if timeout is not None and timeout < MAX_SLEEP_S:
+            handle = self.loop.call_later(timeout, _wake, fut)
+        elif self._net is None:
+            # No timer of its own: the driver's safety net wakes every waiter within
+            # MAX_SLEEP_S (a round trip's waits arm and cancel no timer: each one costs
+            # asyncio a handle and a heap push, and the cancelled handles stay in its heap).
+            self._net = self.loop.call_later(MAX_SLEEP_S, self._on_net)
         try:
             await fut
         finally:
-            handle.cancel()
+            if handle is not None:
+                handle.cancel()
             if self._futures and self._futures[-1] is fut:
                 self._futures.pop()  # woken by its own timer: not left behind in the list
             elif fut in self._futures:
@@ -368,6 +378,9 @@ class LoopDriver:
                 self._timer.cancel()
                 self._timer = None
             self._timer_at = _INF
+            if self._net is not None:
+                self._net.cancel()
+                self._net = None
             self._on_turn = None
             self._upper_timer = self._upper_output = None
         try:
@@ -401,6 +414,12 @@ class LoopDriver:
             self.loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:
             pass  # the loop is closed: nothing runs there any more
+
+    def _on_net(self) -> None:
+        """The safety net's timer (see :meth:`changed`): every coroutine waiting then looks
+        again (the waits since it was armed too: at most MAX_SLEEP_S each, as it should)."""
+        self._net = None
+        self._wake_all(self._futures)
 
     def _wake_all(self, futs: list[asyncio.Future[None]]) -> None:
         for fut in futs:
