@@ -12,6 +12,7 @@
 pub mod aead;
 pub mod batch;
 pub mod exon;
+pub mod order_lock;
 pub mod poll_choice;
 pub mod replay;
 pub mod udp;

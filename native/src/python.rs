@@ -18,6 +18,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::aead::{self, Cipher as RawCipher};
+use crate::order_lock::OrderLock;
 use crate::udp::{self, Received, RecvArena, Udp};
 use crate::wire::{self, Frame};
 
@@ -235,41 +236,6 @@ pub struct UdpIo {
     /// Held from taking a turn's output until it is sent, by whichever thread sends (Python
     /// or the engine's own I/O loop): output leaves in the order it was made.
     pub(crate) order: Arc<OrderLock>,
-}
-
-/// A lock that can be held across calls (acquired in one, released in another) and waited
-/// for without the interpreter's lock.
-#[derive(Default)]
-pub struct OrderLock {
-    held: Mutex<bool>,
-    freed: std::sync::Condvar,
-}
-
-impl OrderLock {
-    /// Wait for the lock (no interpreter lock held: call it detached).
-    pub fn acquire(&self) {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        while *held {
-            held = self.freed.wait(held).unwrap_or_else(|p| p.into_inner());
-        }
-        *held = true;
-    }
-
-    /// Take the lock when it is free (no wait).
-    pub fn try_acquire(&self) -> bool {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if *held {
-            return false;
-        }
-        *held = true;
-        true
-    }
-
-    pub fn release(&self) {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        *held = false;
-        self.freed.notify_one();
-    }
 }
 
 /// `UdpIo.send_order`: the order lock, as Python's `threading.Lock` is used.

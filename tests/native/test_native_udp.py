@@ -337,3 +337,44 @@ def test_a_coalesced_read_is_counted(sockets: Any) -> None:
         assert reader.collect(len(data)) == [(d, tx.getsockname()) for d in data]
         counts[twin] = reader.io.gro_reads
     assert counts["native"] == counts["python"]
+
+
+def test_the_send_order_taken_and_released_with_nobody_waiting_makes_no_system_call(
+        sockets: Any) -> None:
+    """The send order is taken and released twice a message on a round trip's path; with no
+    thread waiting for it, that costs no system call (a release woke a waiter through
+    ``futex`` every time, waiter or not: 4 of a round trip's 11). Counted by perf where it may
+    trace here; another thread waiting for the order is still woken by the release."""
+    from a3m.benchmarks.syscalls import SyscallCounter
+
+    order = native.UdpIo(sockets(), gso=False, gro=False).send_order
+    counter = SyscallCounter()
+    if not counter.attached:
+        pytest.skip(f"perf cannot count here: {counter.why}")
+    counter.enable()
+    for _ in range(2000):
+        with order:
+            pass
+        assert order.acquire()
+        order.release()
+    counter.disable()
+    got = counter.stop()
+    assert got is not None and got < 100, got  # (was more than 4 000)
+    # a waiter: the release wakes it (it would wait forever otherwise)
+    import threading
+    order.acquire()
+    took = threading.Event()
+
+    def waiter() -> None:
+        with order:
+            took.set()
+
+    t = threading.Thread(target=waiter, daemon=True)
+    t.start()
+    time.sleep(0.05)  # (usually waiting by now; either way it must take the order)
+    assert not took.is_set()
+    order.release()
+    assert took.wait(30)
+    t.join(30)
+    assert order.acquire(blocking=False)
+    order.release()
