@@ -33,8 +33,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from mypy_extensions import mypyc_attr
-
 from a3m.errors import Closed, UsageError
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
@@ -67,7 +65,6 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-@mypyc_attr(native_class=False)  # compiled methods; a plain class (tests patch its instances)
 class LoopDriver:
     """Runs an Exon engine (:class:`~a3m.exon.engine.Transport`) over one UDP socket from the running event loop."""
 
@@ -106,6 +103,13 @@ class LoopDriver:
         #: inline, ``drv._sleeping or not drv._running``).
         self._sleeping = True
         self._running = True
+        #: The threaded driver's flag, read inline by the sockets (``not drv._running or
+        #: drv._lingering`` is ``not drv.running`` without a call): never set here, the
+        #: linger is handed to a threaded driver (see close_protocol).
+        self._lingering = False
+        #: The threaded driver's leading thread, read inline by the node (``drv._waiters or
+        #: drv._leader is not None or drv._futures``: someone to notify): none here.
+        self._leader: int | None = None
         self.io_errors = 0
         self.loop_errors = 0
         self.event_errors = 0
@@ -163,14 +167,6 @@ class LoopDriver:
     @property
     def running(self) -> bool:
         return self._running
-
-    #: The threaded driver's flag, read inline by the sockets (``not drv._running or
-    #: drv._lingering`` is ``not drv.running`` without a call): never set here, the linger
-    #: is handed to a threaded driver (see close_protocol).
-    _lingering = False
-    #: The threaded driver's leading thread, read inline by the node (``drv._waiters or
-    #: drv._leader is not None or drv._futures``: someone to notify): none here.
-    _leader = None
 
     @property
     def lingering(self) -> bool:
