@@ -8,8 +8,11 @@ each step over the round trips are printed, secure and opt-out alternately::
 Steps: ``c.send`` the client's ``send`` until its ``sendto`` returned; ``wire>srv`` until the
 server's wait for input returned; ``s.turn`` the server's turn (receive, open, Exon, core);
 ``s.app`` until ``recv`` returned; ``s.send`` the reply until ``sendto`` returned; then the
-same on the way back. ``--aead`` also times each ChaCha20-Poly1305 call and the secure layer's
-``open`` and ``seal`` (it wraps them, so it runs the Python sources: ``A3M_PURE_PYTHON=1``).
+same on the way back. The steps wrap the driver's methods, so the timing runs the Python
+sources (``A3M_PURE_PYTHON=1``: the compiled ``Driver`` is a native class); where the native
+engine's leader waits (``lead_io``), ``wire>srv`` and ``s.turn`` have no stamp of their own.
+``--aead`` also times each ChaCha20-Poly1305 call and the secure layer's ``open`` and
+``seal``.
 
 ``--count``: instead of the times, the work of one round trip in each process, per layer
 (``bench/work_units.py``: Python calls, C calls, allocations), the runtime's included, every
@@ -194,8 +197,10 @@ def main() -> None:
     ap.add_argument("--count", action="store_true",
                     help="the work per round trip in each process, per layer, not the times")
     args = ap.parse_args()
-    if args.aead:
-        os.environ["A3M_PURE_PYTHON"] = "1"  # before a3m loads: wrapping needs the sources
+    if args.aead or not args.count:
+        # before a3m loads: wrapping needs the sources (the compiled Driver is a native
+        # class, whose methods cannot be replaced)
+        os.environ["A3M_PURE_PYTHON"] = "1"
     if not args.count:
         _stamp_driver()
     if args.aead:

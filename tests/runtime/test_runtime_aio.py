@@ -505,7 +505,7 @@ def test_close_hands_the_linger_to_a_thread_that_ends_by_itself() -> None:
             lingerer = drv.lingerer
             assert lingerer is not None and lingerer.lingering
             deadline = time.monotonic() + OP_S
-            while lingerer._thread.is_alive():
+            while lingerer._io_thread.is_alive():
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.02)
             assert not lingerer.lingering and lingerer._sock.fileno() == -1
@@ -527,7 +527,7 @@ def test_a_node_started_again_with_the_same_id_ends_the_linger() -> None:
             assert old is not None and old.lingering
             x2 = a3m.aio.Node("sa", bind=f"127.0.0.1:{port}")  # the port is free at once
             try:
-                assert not old.lingering and not old._thread.is_alive()
+                assert not old.lingering and not old._io_thread.is_alive()
             finally:
                 assert await x2.close(timeout=5)
 

@@ -133,19 +133,11 @@ def test_buffered_sends_wait_for_another_link_when_theirs_went_away() -> None:
         # in this 0.3 s; waiting on its timers, it makes a few. A slower machine only makes
         # fewer turns, so this cannot fail for want of speed.
         drv = a._driver
-        turn, turns = drv._turn, [0]
-
-        def counted(*args: Any, **kw: Any) -> None:
-            turns[0] += 1
-            turn(*args, **kw)
-
-        drv._turn = counted  # type: ignore[method-assign]
-        try:
-            time.sleep(0.3)
-        finally:
-            del drv._turn
+        before = drv.turns
+        time.sleep(0.3)
+        turns = drv.turns - before
         assert push._sbuf.items, "no link: they wait in the buffer"
-        assert turns[0] < 50, f"waiting for a link must not spin ({turns[0]} turns)"
+        assert turns < 50, f"waiting for a link must not spin ({turns} turns)"
         with pytest.raises(a3m.WouldBlock):  # and nothing passes them
             push.send(b"later", timeout=0)
         push.link((b.id, "spare"))
@@ -318,29 +310,15 @@ def test_sends_waiting_for_exon_s_window_wait_for_an_ack_without_spinning(
                 time.sleep(0.01)
             assert bridge.outbox and not bridge.ready(), "Exon's window never filled"
             drv = a._driver
-            turn, turns = drv._turn, [0]
-            wait_for, windows = drv._wait_for_input, []
-
-            def counted(*args: Any, **kw: Any) -> None:
-                turns[0] += 1
-                turn(*args, **kw)
-
-            def waited(sock: Any, wait_s: float, window: bool = False) -> None:
-                windows.append(window)
-                wait_for(sock, wait_s, window)
-
-            drv._turn = counted  # type: ignore[method-assign]
-            drv._wait_for_input = waited  # type: ignore[method-assign]
-            try:
-                time.sleep(0.3)
-            finally:
-                del drv._turn
-                del drv._wait_for_input
+            turns0, waits0, windows0 = drv.turns, drv.input_waits, drv.window_waits
+            time.sleep(0.3)
+            turns = drv.turns - turns0
+            waits, windows = drv.input_waits - waits0, drv.window_waits - windows0
             assert sent[0] < 200 and bridge.outbox  # still waiting for the window
-            assert turns[0] < 100, f"waiting for Exon's window must not spin ({turns[0]} turns)"
+            assert turns < 100, f"waiting for Exon's window must not spin ({turns} turns)"
             # ... and the waits are the window's: the leader polls for the ACK (up to
             # WINDOW_POLL_S) before it sleeps, as a stream's sender gains from.
-            assert windows and all(windows), windows
+            assert waits and windows == waits, (waits, windows)
         finally:
             b._driver.lock.release()
         got = recv_all(pull, 200)

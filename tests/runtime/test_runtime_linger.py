@@ -91,9 +91,9 @@ def test_the_linger_runs_in_the_background_and_ends_by_itself() -> None:
         with pytest.raises(a3m.Closed):
             a.socket(a3m.PUSH)
         deadline = time.monotonic() + 60  # generous: the linger is 5 s
-        while drv._thread.is_alive() and time.monotonic() < deadline:
+        while drv._io_thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not drv._thread.is_alive() and not drv.lingering
+        assert not drv._io_thread.is_alive() and not drv.lingering
         assert drv._sock.fileno() == -1  # it closed its socket itself
         assert a._proto.is_finished()
 
@@ -111,7 +111,7 @@ def test_a_node_started_again_with_the_same_id_and_port_ends_the_linger() -> Non
         assert old.lingering
         a2 = Endpoint("a", bind=f"127.0.0.1:{port}")  # the port is free at once
         try:
-            assert not old.lingering and not old._thread.is_alive()
+            assert not old.lingering and not old._io_thread.is_alive()
             a2.associate("b", b.address)
             a2.send("b", b"y", timeout=5)
             assert b.recv(timeout=5) == ("a", b"y")

@@ -39,8 +39,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from mypy_extensions import mypyc_attr
-
 from a3m.errors import Closed
 from a3m.exon.engine import Transport
 from a3m.exon.events import Event
@@ -250,17 +248,12 @@ def open_udp(bind: tuple[str, int]) -> socket.socket:
     return sock
 
 
-@mypyc_attr(native_class=False)  # compiled methods; a plain class (tests patch its instances)
 class Driver:
     """Runs an Exon engine (:class:`~a3m.exon.engine.Transport`) over one UDP socket on a dedicated thread.
 
     ``lock`` guards the protocol and whatever the event handler touches; ``cond`` (on that lock)
     is notified after every batch of events, so blocked application calls re-check their state.
     """
-
-    #: The asyncio driver's waiting coroutines, read inline by the node (``drv._waiters or
-    #: drv._leader is not None or drv._futures``: someone to notify): none here.
-    _futures: tuple[()] = ()
 
     def __init__(self, proto: Transport, bind: str | tuple[str, int],
                  on_events: EventHandler, name: str = "a3m-io",
@@ -271,6 +264,9 @@ class Driver:
                  sock: socket.socket | None = None,
                  upper_waits: Callable[[], bool] | None = None) -> None:
         self.proto = proto
+        #: The asyncio driver's waiting coroutines, read inline by the node (``drv._waiters or
+        #: drv._leader is not None or drv._futures``: someone to notify): none here.
+        self._futures: tuple[()] = ()
         self._upper_timer = upper_timer
         #: The layer above's output waits for Exon's window (a leader then polls for the ACK
         #: longer, ``WINDOW_POLL_S``).
@@ -324,10 +320,15 @@ class Driver:
         self.loop_errors = 0
         self.event_errors = 0
         self.leader_turns = 0  # turns run by waiting application threads (diagnostics)
+        self.turns = 0  # turns run, by any thread (diagnostics)
+        #: A leader's Python waits for the socket (``_wait_for_input``), and how many of them
+        #: were for Exon's window (diagnostics).
+        self.input_waits = 0
+        self.window_waits = 0
         self.loop_reads = 0  # datagrams the native loop read (diagnostics)
         self.lead_reads = 0  # datagrams leaders' native waits read (lead_io; diagnostics)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._io_thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._io_thread.start()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -458,6 +459,9 @@ class Driver:
         """A leader's wait for the socket, the wake-up pipe or ``wait_s``: either a plain
         ``select``, or first a brief poll of up to ``busy_poll_s`` (see :meth:`_poll`); of up
         to ``WINDOW_POLL_S`` when the layer above's output waits for Exon's ``window``."""
+        self.input_waits += 1
+        if window:
+            self.window_waits += 1
         rlist: list[Any] = [sock, self._wake_r]
         budget = self._busy_poll_s
         if not budget:
@@ -651,8 +655,8 @@ class Driver:
                 self._sleeping = False
                 self._write_wake()  # a leader in select
                 self._park.notify_all()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
+        if threading.current_thread() is not self._io_thread:
+            self._io_thread.join(timeout=5)
         end = time.monotonic() + 5
         while self._leader is not None and time.monotonic() < end:  # it leaves after a turn
             time.sleep(0.001)
@@ -851,6 +855,7 @@ class Driver:
         holds, the sends included: the lock is taken once per wait, not twice. Not ``read``:
         the native wait read the socket already (only what it left is taken)."""
         proto = self.proto
+        self.turns += 1
         if self._wake_written:
             self._wake_written = False
             try:
