@@ -354,6 +354,16 @@ fn cfg_of(c: &Bound<'_, PyAny>) -> PyResult<Config> {
     })
 }
 
+/// The secure layer's control datagrams (handshake and path packets, with their
+/// addresses), taken when it has any (`has_output`, then `take_control`); None: none.
+fn sec_control<'py>(s: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyList>>> {
+    let py = s.py();
+    if !s.call_method0(pyo3::intern!(py, "has_output"))?.extract::<bool>()? {
+        return Ok(None);
+    }
+    Ok(Some(s.call_method0(pyo3::intern!(py, "take_control"))?.cast::<PyList>()?.clone()))
+}
+
 impl ExonCore {
     /// `SecureLayer.open` of a DATA datagram under a live session, done here when its rules
     /// are the plain ones (the session confirmed, the datagram from its proven address, no
@@ -1016,11 +1026,9 @@ impl ExonCore {
         let mut batch = OutBatch::with_capacity(bytes, count);
         let control = |b: &mut OutBatch| -> PyResult<()> {
             let Some(s) = &sec else { return Ok(()) };
-            let s = s.bind(py);
-            if s.call_method0(pyo3::intern!(py, "has_output"))?.extract::<bool>()? {
-                let ctl = s.call_method0(pyo3::intern!(py, "take_control"))?;
+            if let Some(ctl) = sec_control(s.bind(py))? {
                 let mut first = OutBatch::default();
-                for item in ctl.cast::<PyList>()?.iter() {
+                for item in ctl.iter() {
                     let t = item.cast::<PyTuple>()?;
                     first.push(py, io, t.get_item(0)?.cast::<PyBytes>()?.as_bytes(), &t.get_item(1)?)?;
                 }
@@ -1145,13 +1153,10 @@ impl ExonCore {
         let result = PyList::empty(py);
         if items.is_empty() {
             if let Some(s) = &sec {
-                let s = s.bind(py);
-                if s.call_method0(pyo3::intern!(py, "has_output"))?.extract::<bool>()? {
-                    let ctl = s.call_method0(pyo3::intern!(py, "take_control"))?;
-                    let ctl = ctl.cast::<PyList>()?;
-                    self.count(py, ctl)?;
+                if let Some(ctl) = sec_control(s.bind(py))? {
+                    self.count(py, &ctl)?;
                     self.sync(py)?;
-                    return Ok(ctl.clone());
+                    return Ok(ctl);
                 }
             }
             self.sync(py)?;
@@ -1183,9 +1188,7 @@ impl ExonCore {
         }
         let mut out = result;
         if let Some(s) = &sec {
-            let s = s.bind(py);
-            if s.call_method0(pyo3::intern!(py, "has_output"))?.extract::<bool>()? {
-                let ctl = s.call_method0(pyo3::intern!(py, "take_control"))?;
+            if let Some(ctl) = sec_control(s.bind(py))? {
                 let joined = ctl.call_method1(pyo3::intern!(py, "__add__"), (&out,))?;
                 out = joined.cast::<PyList>()?.clone();
             }
