@@ -29,9 +29,10 @@ from types import ModuleType
 PACKAGES = ("a3m/core", "a3m/exon", "a3m/exon/secure", "a3m/patterns")
 #: Modules (paths under ``src``) compiled alone, outside those packages: the runtime's per
 #: message path (a blocking call's wait and turn, the node's hooks, the asyncio driver's
-#: turn, the socket layer's Python twin). Both drivers are native classes.
+#: turn, the socket layer's Python twin, the sockets' send and receive in both runtimes).
+#: Both drivers are native classes.
 MODULES = ("a3m/runtime/driver.py", "a3m/runtime/node_turn.py", "a3m/runtime/offload.py",
-           "a3m/aio/driver.py")
+           "a3m/runtime/socket_calls.py", "a3m/aio/driver.py", "a3m/aio/socket_calls.py")
 #: Set to 1 to run the Python sources even where compiled modules were built.
 PURE_ENV = "A3M_PURE_PYTHON"
 

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from functools import partial
 from typing import Any, TypeVar
 
+from a3m.aio import socket_calls as _calls
 from a3m.aio.driver import LoopDriver
 from a3m.aio.node import LoopNode
 from a3m.core.cookies import Cookie
@@ -47,17 +48,13 @@ from a3m.errors import LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.ids import SocketId
 from a3m.runtime import sockets as _sync
 from a3m.runtime.events import NodeEvent
+from a3m.runtime.socket_calls import check_timeout as _check_timeout
 from a3m.runtime.sockets import POLLCOOKIE, POLLIN, POLLOUT, ReceivedMessage
 
 T = TypeVar("T")
 
 __all__ = ["Node", "Socket", "SocketId", "ReceivedMessage", "Cookie", "NodeEvent", "POLLIN",
            "POLLOUT", "POLLCOOKIE"]
-
-
-def _check_timeout(timeout: float | None) -> None:
-    if timeout is not None and timeout < 0:
-        raise UsageError("timeout must be >= 0 or None")
 
 
 class Node:
@@ -159,22 +156,6 @@ class Node:
                 pass
 
 
-    async def _until(self, attempt: Callable[[], T | None], timeout: float | None,
-                     tag: str) -> T:
-        """:meth:`_retry` for an ``attempt`` that returns None for "not yet" instead of
-        raising WouldBlock (``recv``)."""
-        drv = self._driver
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise Timeout(f"recv on {tag!r} timed out")
-            await drv.changed(left)
-            got = attempt()
-            if got is not None:
-                return got
-
-
 class Socket:
     """An asyncio socket: awaitable ``send``, ``send_many``, ``recv``, ``recv_msg``,
     ``recv_many``, ``members``, ``wait_linked``, ``close``; the rest as on
@@ -235,20 +216,11 @@ class Socket:
         if refusal is not None and not core.links:
             raise LinkRefused(REASONS.get(refusal, hex(refusal)))
 
-    async def send(self, data: bytes, timeout: float | None = None, **kw: Any) -> None:
-        """As :meth:`a3m.Socket.send`. Cancelled while it waits, it sent nothing."""
-        _check_timeout(timeout)
-        sync = self.sync
-        try:
-            return sync.send(data, 0, **kw)
-        except WouldBlock:
-            if timeout == 0:
-                raise
-        # A try after a wait says so (``_waited``): the send goes on in the cork window as
-        # one that blocked does (``Socket._sent``). The Python send takes the keyword
-        # (``sync.send`` may be the native one, which takes none: it is the try above).
-        await self.node._retry(lambda: _sync.Socket.send(sync, data, 0, _waited=True, **kw),
-                               timeout, f"send on {self.id.tag!r}", self._refused)
+    def send(self, data: bytes, timeout: float | None = None, **kw: Any
+             ) -> Coroutine[Any, Any, None]:
+        """As :meth:`a3m.Socket.send` (a coroutine: ``await sock.send(data)``). Cancelled
+        while it waits, it sent nothing."""
+        return _calls.send(self, data, timeout, kw)
 
     async def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
                         cookies: Iterable[Any] | None = None, **kw: Any) -> int:
@@ -295,22 +267,10 @@ class Socket:
             raise
         return sent
 
-    async def recv(self, timeout: float | None = None) -> bytes:
-        """As :meth:`a3m.Socket.recv`. Cancelled while it waits, it took nothing."""
-        sync = self.sync
-        inbox = sync._inbox
-        if inbox and timeout is None:
-            try:
-                return inbox.popleft()[0]
-            except IndexError:  # a worker thread took it meanwhile
-                pass
-        _check_timeout(timeout)
-        got = sync._recv_now()  # (no WouldBlock raised and caught per wait)
-        if got is not None:
-            return got
-        if timeout == 0:
-            raise WouldBlock(f"nothing to receive on {self.id.tag!r}")
-        return await self.node._until(sync._recv_now, timeout, self.id.tag)
+    def recv(self, timeout: float | None = None) -> Coroutine[Any, Any, bytes]:
+        """As :meth:`a3m.Socket.recv` (a coroutine: ``await sock.recv()``). Cancelled while
+        it waits, it took nothing."""
+        return _calls.recv(self, timeout)
 
     async def recv_cookie(self, timeout: float | None = None) -> Cookie:
         """As :meth:`a3m.Socket.recv_cookie`: the next outcome of a message sent with a

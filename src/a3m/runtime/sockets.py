@@ -27,9 +27,13 @@ from a3m.core.link import REASONS
 from a3m.core.socket_core import SocketCore
 from a3m.errors import Closed, LinkRefused, Timeout, UsageError, WouldBlock
 from a3m.ids import SocketId
+from a3m.runtime import socket_calls as _calls
 from a3m.runtime.cork import Cork
 from a3m.runtime.ready_fd import ReadyPipe
 from a3m.runtime.send_buffer import SendBuffer, new_send_buffer
+from a3m.runtime.socket_calls import as_bytes as _as_bytes
+from a3m.runtime.socket_calls import check_timeout as _check_timeout
+from a3m.runtime.socket_calls import time_left as _time_left
 
 if TYPE_CHECKING:
     from a3m.core.node_core import NodeCore
@@ -94,36 +98,9 @@ def run_steps(steps: Steps, wait: Callable[[Callable[[], bool]], bool]) -> bool:
         return bool(stop.value)
 
 
-def _check_timeout(timeout: float | None) -> None:
-    if timeout is not None and timeout < 0:
-        raise UsageError("timeout must be >= 0 or None")
-
-
 def _deadline(timeout: float | None) -> float | None:
     _check_timeout(timeout)
     return None if timeout is None else time.monotonic() + timeout
-
-
-def _as_bytes(data: Any) -> bytes:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise UsageError("send takes bytes")
-    return bytes(data)
-
-
-def _time_left(timeout: float | None, deadline: float, now: float, would_block: str,
-               what: str) -> tuple[float, float | None]:
-    """For a blocking call about to wait: ``(deadline, seconds left)``, the deadline fixed at
-    its first wait (-1.0 before); raises WouldBlock for ``timeout=0``, Timeout once past it."""
-    if timeout is None:
-        return deadline, None
-    if timeout == 0:
-        raise WouldBlock(would_block)
-    if deadline < 0:
-        deadline = now + timeout
-    left = deadline - now
-    if left <= 0:
-        raise Timeout(f"{what} timed out")
-    return deadline, left
 
 
 class Socket:
@@ -231,41 +208,7 @@ class Socket:
         returns only once a link holds a credit for it, and they leave in order. A send that
         had to wait (for credits, a link) counts as part of its stream, and so does one with
         ``_waited`` (internal: ``a3m.aio``'s ``timeout=0`` try after it awaited)."""
-        if type(data) is not bytes:
-            data = _as_bytes(data)
-        buf = self._sbuf
-        if buf.room and not kw and len(data) <= self._fast_size and (
-                timeout is None or timeout >= 0) and (
-                cookie is None or self._core.jar.held + len(buf) < self._core.jar.limit
-                ) and buf.offer(data, cookie):
-            return
-        if timeout is not None and timeout < 0:
-            _check_timeout(timeout)
-        node = self.node
-        drv = node._driver
-        core = self._core
-        deadline = -1.0  # set on the first wait: a send that goes through reads no clock twice
-        with drv.lock:
-            while True:
-                # (not drv.running, inline: a property is a Python call per send)
-                if self._closed or node._closed or not drv._running or drv._lingering:
-                    self._check_open()  # (it raises)
-                now = time.monotonic()
-                core.node.now = now
-                if len(buf):
-                    self._drain(now)  # what was buffered goes first
-                if not len(buf) and core.try_send(data, cookie, **kw):
-                    self._sent(now, _waited or deadline >= 0)
-                    return
-                why = self._why_blocked(cookie is not None)
-                deadline, left = _time_left(
-                    timeout, deadline, now,
-                    f"{self.kind} socket {self.id.tag!r} cannot send now{why}",
-                    f"send on {self.id.tag!r}{why}")
-                refusal = core.fatal_refusal()
-                if refusal is not None and not core.links:
-                    raise LinkRefused(REASONS.get(refusal, hex(refusal)))
-                drv.wait(left)
+        _calls.send(self, data, timeout, cookie, _waited, kw)
 
     def send_many(self, messages: Iterable[bytes], timeout: float | None = None,
                   cookies: Iterable[Any] | None = None, *, _waited: bool = False,
@@ -376,28 +319,7 @@ class Socket:
         """:meth:`recv` with ``timeout=0`` that returns None instead of raising WouldBlock
         (``a3m.aio`` tries this way: a raised exception per wait cost more than the rest of
         the try). Raises Closed as :meth:`recv` does."""
-        inbox = self._inbox
-        if inbox:
-            try:
-                return inbox.popleft()[0]
-            except IndexError:  # another thread took the last one meanwhile
-                pass
-        node = self.node
-        drv = node._driver
-        core = self._core
-        with drv.lock:
-            core.node.now = time.monotonic()
-            if self._prefetch:
-                got = self._take_ahead()
-                out = None if got is None else got[0]
-            else:
-                out = core.try_recv_payload()
-            if out is not None:
-                node._after_call()
-                return out
-            if self._closed or node._closed or not drv.running:
-                self._check_open()  # (it raises)
-            return None
+        return _calls.recv_now(self)
 
     def _take_ahead(self) -> tuple[bytes, tuple[str, str]] | None:
         """Under the node's lock: the next message with its source, and what else is there
@@ -470,29 +392,7 @@ class Socket:
     def _take(self, take: Callable[[], _T | None], timeout: float | None, what: str) -> _T:
         """Under the node's lock: ``take()`` until it gives something (not None), waiting for
         the network in between; then hand credits and the rest to the transport."""
-        if timeout is not None and timeout < 0:
-            _check_timeout(timeout)
-        node = self.node
-        drv = node._driver
-        core = self._core
-        deadline = -1.0  # set on the first wait: a message already there costs no clock read
-        with drv.lock:
-            while True:
-                now = time.monotonic()
-                core.node.now = now
-                out = take()
-                if out is not None:
-                    node._after_call()
-                    return out
-                if self._closed or node._closed or not drv._running or drv._lingering:
-                    self._check_open()  # (it raises)
-                if timeout is None:  # (_time_left's first case, inline: no call, no text)
-                    drv.wait(None)
-                    continue
-                deadline, left = _time_left(timeout, deadline, now,
-                                            f"nothing to receive on {self.id.tag!r}",
-                                            f"{what} on {self.id.tag!r}")
-                drv.wait(left)
+        return _calls.take(self, take, timeout, what)
 
     def subscribe(self, topic: bytes | str) -> None:
         """SUB: receive messages whose topic starts with ``topic`` (b"" = everything)."""
@@ -591,13 +491,8 @@ class Socket:
 
     def _sent(self, now: float, waited: bool) -> None:
         """Under the node's lock, after the core took a send made at ``now``: the node's
-        after-call. A send of a buffered socket that ``waited`` (for credits, a link) counts
-        as following the stream's previous one, so it goes on in the cork window: sent at
-        once as after a quiet spell, each grant of a credit-bound stream began with a BATCH
-        of one call's messages alone (one more datagram and ACK a grant)."""
-        if waited and self._core.plain_send:
-            self.node._cork.sent_at = now
-        self.node._after_call(now, self)
+        after-call (:func:`a3m.runtime.socket_calls.sent`)."""
+        _calls.sent(self, self._core, now, waited)
 
     def _hand_on(self, items: list[bytes], cookies: list[Any] | None) -> int:
         """The buffered sends to the core, with their cookies: how many it took (each was

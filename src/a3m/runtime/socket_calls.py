@@ -1,0 +1,157 @@
+"""What :class:`a3m.Socket` does per message, compiled (``a3m/_compiled.py``): the bodies of
+``send``, ``recv``'s wait (``take``), ``_recv_now`` and the after-send (``sent``), and the
+checks they share with ``a3m.aio``.
+
+Each function takes the socket first; the socket's methods call them (``a3m.aio``'s compiled
+calls too, past the method), so a request or a reply runs no interpreted frame of its own
+beyond the method's. They read the socket's and the node's own attributes, so both stay plain
+Python classes (a user may subclass a socket). ``send`` and ``take`` take the node's lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from a3m.core.link import REASONS
+from a3m.core.socket_core import SocketCore
+from a3m.errors import LinkRefused, Timeout, UsageError, WouldBlock
+
+_T = TypeVar("_T")
+
+
+def check_timeout(timeout: float | None) -> None:
+    if timeout is not None and timeout < 0:
+        raise UsageError("timeout must be >= 0 or None")
+
+
+def as_bytes(data: Any) -> bytes:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise UsageError("send takes bytes")
+    return bytes(data)
+
+
+def time_left(timeout: float | None, deadline: float, now: float, would_block: str,
+              what: str) -> tuple[float, float | None]:
+    """For a blocking call about to wait: ``(deadline, seconds left)``, the deadline fixed at
+    its first wait (-1.0 before); raises WouldBlock for ``timeout=0``, Timeout once past it."""
+    if timeout is None:
+        return deadline, None
+    if timeout == 0:
+        raise WouldBlock(would_block)
+    if deadline < 0:
+        deadline = now + timeout
+    left = deadline - now
+    if left <= 0:
+        raise Timeout(f"{what} timed out")
+    return deadline, left
+
+
+def send(sock: Any, data: Any, timeout: float | None, cookie: Any, waited: bool,
+         kw: dict[str, Any]) -> None:
+    """:meth:`a3m.Socket.send` (its text says what it does)."""
+    if type(data) is not bytes:
+        data = as_bytes(data)
+    buf = sock._sbuf
+    core: SocketCore = sock._core
+    if buf.room and not kw and len(data) <= sock._fast_size and (
+            timeout is None or timeout >= 0) and (
+            cookie is None or core.jar.held + len(buf) < core.jar.limit
+            ) and buf.offer(data, cookie):
+        return
+    if timeout is not None and timeout < 0:
+        check_timeout(timeout)
+    node = sock.node
+    drv = node._driver
+    deadline = -1.0  # set on the first wait: a send that goes through reads no clock twice
+    with drv.lock:
+        while True:
+            # (not drv.running, inline: a property is a call per send)
+            if sock._closed or node._closed or not drv._running or drv._lingering:
+                sock._check_open()  # (it raises)
+            now = time.monotonic()
+            core.node.now = now
+            if len(buf):
+                sock._drain(now)  # what was buffered goes first
+            if not len(buf) and core.try_send(data, cookie, **kw):
+                sent(sock, core, now, waited or deadline >= 0)
+                return
+            why = sock._why_blocked(cookie is not None)
+            deadline, left = time_left(
+                timeout, deadline, now,
+                f"{sock.kind} socket {sock.id.tag!r} cannot send now{why}",
+                f"send on {sock.id.tag!r}{why}")
+            refusal = core.fatal_refusal()
+            if refusal is not None and not core.links:
+                raise LinkRefused(REASONS.get(refusal, hex(refusal)))
+            drv.wait(left)
+
+
+def sent(sock: Any, core: SocketCore, now: float, waited: bool) -> None:
+    """Under the node's lock, after the core took a send made at ``now``: the node's
+    after-call. A send of a buffered socket that ``waited`` (for credits, a link) counts
+    as following the stream's previous one, so it goes on in the cork window: sent at
+    once as after a quiet spell, each grant of a credit-bound stream began with a BATCH
+    of one call's messages alone (one more datagram and ACK a grant)."""
+    node = sock.node
+    if waited and core.plain_send:
+        node._cork.sent_at = now
+    node._after_call(now, sock)
+
+
+def take(sock: Any, fn: Callable[[], _T | None], timeout: float | None, what: str) -> _T:
+    """Under the node's lock: ``fn()`` until it gives something (not None), waiting for the
+    network in between; then hand credits and the rest to the transport."""
+    if timeout is not None and timeout < 0:
+        check_timeout(timeout)
+    node = sock.node
+    drv = node._driver
+    core: SocketCore = sock._core
+    deadline = -1.0  # set on the first wait: a message already there costs no clock read
+    with drv.lock:
+        while True:
+            now = time.monotonic()
+            core.node.now = now
+            out = fn()
+            if out is not None:
+                node._after_call()
+                return out
+            if sock._closed or node._closed or not drv._running or drv._lingering:
+                sock._check_open()  # (it raises)
+            if timeout is None:  # (time_left's first case, inline: no call, no text)
+                drv.wait(None)
+                continue
+            deadline, left = time_left(timeout, deadline, now,
+                                       f"nothing to receive on {sock.id.tag!r}",
+                                       f"{what} on {sock.id.tag!r}")
+            drv.wait(left)
+
+
+def recv_now(sock: Any) -> bytes | None:
+    """:meth:`a3m.Socket.recv` with ``timeout=0`` that returns None instead of raising
+    WouldBlock (``a3m.aio`` tries this way: a raised exception per wait cost more than the
+    rest of the try). Raises Closed as ``recv`` does."""
+    inbox = sock._inbox
+    if inbox:
+        try:
+            got: bytes = inbox.popleft()[0]
+            return got
+        except IndexError:  # another thread took the last one meanwhile
+            pass
+    node = sock.node
+    drv = node._driver
+    core: SocketCore = sock._core
+    with drv.lock:
+        core.node.now = time.monotonic()
+        if sock._prefetch:
+            ahead = sock._take_ahead()
+            out: bytes | None = None if ahead is None else ahead[0]
+        else:
+            out = core.try_recv_payload()
+        if out is not None:
+            node._after_call()
+            return out
+        if sock._closed or node._closed or not drv.running:
+            sock._check_open()  # (it raises)
+        return None
