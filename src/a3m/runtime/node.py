@@ -41,6 +41,7 @@ from a3m.runtime.events import (
 from a3m.runtime.identity import node_key
 from a3m.runtime.node_turn import after_call, on_turn, take_buffers, upper_deadline, upper_output
 from a3m.runtime.ready_fd import ReadyPipe
+from a3m.runtime.socket_calls import check_timeout as _check_timeout
 from a3m.runtime.sockets import (
     POLLIN,
     POLLOUT,
@@ -48,7 +49,6 @@ from a3m.runtime.sockets import (
     ReceivedMessage,
     Socket,
     Steps,
-    _check_timeout,
     _deadline,
     run_steps,
 )
