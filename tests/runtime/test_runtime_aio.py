@@ -407,6 +407,40 @@ def test_a_wait_without_a_timeout_arms_no_timer_of_its_own() -> None:
     run(main)
 
 
+def test_a_turn_that_wakes_a_coroutine_leaves_its_output_and_timer_until_it_ran() -> None:
+    """The reader turn that hands a waiting ``recv`` its request wakes the coroutine before
+    it takes its output and arms its timer (``LoopDriver._tail``): the reply is made before
+    that work, which runs in the same loop iteration, after it. Nothing is lost: the
+    round trips go on, and the tail ran (none pending) once the loop had a turn."""
+    async def main() -> None:
+        async with a3m.aio.Node("tl-x") as x, a3m.aio.Node("tl-y") as y:
+            x.associate(y.id, y.address)
+            rep = y.socket(a3m.REP, "rep")
+            req = x.socket(a3m.REQ, "req")
+            req.link(rep.id)
+            assert await req.wait_linked(timeout=OP_S)
+            drv = y.sync._driver
+            pending: list[bool] = []
+
+            async def serve(n: int) -> None:
+                for _ in range(n):
+                    got = await rep.recv()
+                    pending.append(drv._tail_soon)  # the turn that woke us has not ended
+                    await rep.send(got)
+
+            server = asyncio.create_task(serve(50))
+            for i in range(50):
+                await asyncio.sleep(0.001)  # the server waits in recv before the request
+                await req.send(b"t%d" % i)
+                assert await req.recv(timeout=OP_S) == b"t%d" % i
+            await server
+            assert pending.count(True) >= 45, pending  # (a recv that found one there: no wake)
+            await asyncio.sleep(0)
+            assert drv._tail_soon is False
+
+    run(main)
+
+
 def test_rebind_keeps_the_links_and_the_stream() -> None:
     async def main() -> None:
         async with a3m.aio.Node("rx") as x, a3m.aio.Node("ry") as y:

@@ -99,6 +99,7 @@ class LoopDriver:
         #: shorter timeout of its own when none is, it wakes them all within MAX_SLEEP_S.
         self._net: asyncio.TimerHandle | None = None
         self._soon = False  # a turn is scheduled with call_soon
+        self._tail_soon = False  # a turn's end is scheduled with call_soon (see _turn)
         #: No turn is running (the threaded driver's flag, under its name: the node reads it
         #: inline, ``drv._sleeping or not drv._running``).
         self._sleeping = True
@@ -573,16 +574,39 @@ class LoopDriver:
                 errors, changed = protocol_step(proto, batch, self._events, self._on_events,
                                                 self._on_turn, now)
                 self.event_errors += errors
+                woke = False
                 if changed:
+                    woke = bool(self._futures)
                     self.notify_all()
-                out = self._output(now)
+                # The coroutines just woken run next (their wake-ups are ahead in the loop's
+                # queue): the turn's output and timer wait for them (``_tail``), off the path
+                # of a request to its reply. What they send takes that output with theirs.
+                out = [] if woke else self._output(now)
             except Exception:  # never let an error escape into the event loop
                 self.loop_errors += 1
                 log.exception("a3m asyncio driver error (counted, loop continues)")
                 out = []
+                woke = False
             finally:
                 self._sleeping = True
+            if woke:
+                if not self._tail_soon:
+                    self._tail_soon = True
+                    self.loop.call_soon(self._tail)
+                return
             if out:
                 self._send(out)
             if self._running:
                 self._arm()
+
+    def _tail(self) -> None:
+        """A turn's end that waited for the coroutines it woke: the output still there (theirs
+        went with their own sends), then the next turn's timer."""
+        self._tail_soon = False
+        if not self._running:
+            return
+        if self.proto.has_output():
+            with self.lock:
+                out = self._output(time.monotonic())
+            self._send(out)
+        self._arm()
