@@ -313,7 +313,7 @@ class Socket:
                 pass
         if self._prefetch:
             return self._take(self._take_ahead, timeout, "recv")[0]
-        return self._take(self._core.try_recv_payload, timeout, "recv")
+        return _calls.take(self, self._core.try_recv_payload, timeout, "recv")
 
     def _recv_now(self) -> bytes | None:
         """:meth:`recv` with ``timeout=0`` that returns None instead of raising WouldBlock
