@@ -407,11 +407,16 @@ def test_a_wait_without_a_timeout_arms_no_timer_of_its_own() -> None:
     run(main)
 
 
-def test_a_turn_that_wakes_a_coroutine_leaves_its_output_and_timer_until_it_ran() -> None:
+@pytest.mark.parametrize("eager", [True, False], ids=["asyncio-ready-queue", "no-ready-queue"])
+def test_a_turn_that_wakes_a_coroutine_leaves_its_output_and_timer_until_it_ran(
+        eager: bool) -> None:
     """The reader turn that hands a waiting ``recv`` its request wakes the coroutine before
     it takes its output and arms its timer (``LoopDriver._tail``): the reply is made before
-    that work, which runs in the same loop iteration, after it. Nothing is lost: the
-    round trips go on, and the tail ran (none pending) once the loop had a turn."""
+    that work. On asyncio's own loops the turn runs the wake-ups it queued itself
+    (``eager_wakes``: no loop iteration, no ``select(0)``, between a request and the
+    coroutine that answers it); on a loop that shows no ready queue (uvloop's) the tail is
+    scheduled behind them. Nothing is lost: the round trips go on, and no tail is left
+    pending once the loop had a turn."""
     async def main() -> None:
         async with a3m.aio.Node("tl-x") as x, a3m.aio.Node("tl-y") as y:
             x.associate(y.id, y.address)
@@ -420,6 +425,8 @@ def test_a_turn_that_wakes_a_coroutine_leaves_its_output_and_timer_until_it_ran(
             req.link(rep.id)
             assert await req.wait_linked(timeout=OP_S)
             drv = y.sync._driver
+            if not eager:
+                drv._loop_ready = None  # as on uvloop
             pending: list[bool] = []
 
             async def serve(n: int) -> None:
@@ -435,6 +442,10 @@ def test_a_turn_that_wakes_a_coroutine_leaves_its_output_and_timer_until_it_ran(
                 assert await req.recv(timeout=OP_S) == b"t%d" % i
             await server
             assert pending.count(True) >= 45, pending  # (a recv that found one there: no wake)
+            if eager:
+                assert drv.eager_wakes >= 45
+            else:
+                assert drv.eager_wakes == 0
             await asyncio.sleep(0)
             assert drv._tail_soon is False
 

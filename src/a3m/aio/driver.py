@@ -99,7 +99,8 @@ class LoopDriver:
         #: shorter timeout of its own when none is, it wakes them all within MAX_SLEEP_S.
         self._net: asyncio.TimerHandle | None = None
         self._soon = False  # a turn is scheduled with call_soon
-        self._tail_soon = False  # a turn's end is scheduled with call_soon (see _turn)
+        self._tail_soon = False  # a turn's end waits for the coroutines it woke (see _turn)
+        self.eager_wakes = 0  # turns that ran the coroutines they woke (_run_woken)
         #: No turn is running (the threaded driver's flag, under its name: the node reads it
         #: inline, ``drv._sleeping or not drv._running``).
         self._sleeping = True
@@ -575,12 +576,16 @@ class LoopDriver:
                                                 self._on_turn, now)
                 self.event_errors += errors
                 woke = False
+                ready_before = 0
                 if changed:
                     woke = bool(self._futures)
+                    if woke and self._loop_ready is not None:
+                        ready_before = len(self._loop_ready)
                     self.notify_all()
-                # The coroutines just woken run next (their wake-ups are ahead in the loop's
-                # queue): the turn's output and timer wait for them (``_tail``), off the path
-                # of a request to its reply. What they send takes that output with theirs.
+                # The coroutines just woken run first (at once on asyncio's own loops,
+                # ``_run_woken``; else next, their wake-ups ahead in the loop's queue): the
+                # turn's output and timer wait for them (``_tail``), off the path of a request
+                # to its reply. What they send takes that output with theirs.
                 out = [] if woke else self._output(now)
             except Exception:  # never let an error escape into the event loop
                 self.loop_errors += 1
@@ -589,15 +594,34 @@ class LoopDriver:
                 woke = False
             finally:
                 self._sleeping = True
-            if woke:
-                if not self._tail_soon:
-                    self._tail_soon = True
-                    self.loop.call_soon(self._tail)
+            if not woke:
+                if out:
+                    self._send(out)
+                if self._running:
+                    self._arm()
                 return
-            if out:
-                self._send(out)
-            if self._running:
-                self._arm()
+            pending = self._tail_soon
+            self._tail_soon = True  # (until the tail: the woken see it pending)
+        # The lock released (the woken coroutines take it):
+        ready = self._loop_ready
+        if ready is not None and not ready_before and ready \
+                and asyncio.current_task(self.loop) is None:
+            self._run_woken(ready)
+            self._tail()
+        elif not pending:
+            self.loop.call_soon(self._tail)
+
+    def _run_woken(self, ready: Any) -> None:
+        """On asyncio's own loops, from a turn run by a loop callback (no task current): run
+        the wake-ups the turn's ``notify_all`` just queued (``ready`` held nothing before
+        them), as the loop's next iteration would run them first, minus that iteration (a
+        ``select(0)`` system call and the loop's bookkeeping, on the path of every request
+        and reply). A handle a wake-up queues meanwhile waits for the loop, as ever."""
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if not handle._cancelled:
+                handle._run()
+        self.eager_wakes += 1
 
     def _tail(self) -> None:
         """A turn's end that waited for the coroutines it woke: the output still there (theirs
