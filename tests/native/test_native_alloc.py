@@ -27,12 +27,19 @@ def objects(n: int) -> list[object]:
     return [object() for _ in itertools.repeat(None, n)]
 
 
-def counted(n: int) -> int:
-    before = native.allocations()
-    keep = objects(n)
-    after = native.allocations()
-    assert len(keep) == n
-    return after - before
+def counted(n: int, tries: int = 5) -> int:
+    """Blocks counted while ``n`` objects are made: the least of ``tries`` counts, since the
+    counter is the process's and another thread (a node that lingers from an earlier test of
+    the same worker) may allocate meanwhile; it only ever adds."""
+    least = -1
+    for _ in range(tries):
+        before = native.allocations()
+        keep = objects(n)
+        after = native.allocations()
+        assert len(keep) == n
+        if least < 0 or after - before < least:
+            least = after - before
+    return least
 
 
 def test_on_it_counts_each_new_object() -> None:
