@@ -823,3 +823,44 @@ def test_a_send_the_pacer_holds_back_arms_the_loop_timer_by_its_release() -> Non
             relay.close()
 
     run(main)
+
+
+def test_an_exit_a_woken_coroutine_raises_leaves_no_turn_tail_pending() -> None:
+    """A ``SystemExit`` raised by a coroutine the reader turn ran itself goes out of the
+    loop, as from any callback; the turn's tail still ran, so a node used again would not
+    wait for a tail that never comes."""
+    drivers: list[Any] = []
+
+    async def main() -> None:
+        async with a3m.aio.Node("ex-x") as x, a3m.aio.Node("ex-y") as y:
+            x.associate(y.id, y.address)
+            rep = y.socket(a3m.REP, "rep")
+            req = x.socket(a3m.REQ, "req")
+            req.link(rep.id)
+            assert await req.wait_linked(timeout=OP_S)
+            drivers.append(y.sync._driver)
+
+            async def serve() -> None:
+                await rep.recv()
+                raise SystemExit(3)
+
+            servers.append(asyncio.create_task(serve()))
+            await asyncio.sleep(0.01)
+            await req.send(b"bye")
+            await asyncio.sleep(OP_S)  # (the exit ends the loop's run first)
+
+    servers: list[asyncio.Task[None]] = []
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(SystemExit):
+            loop.run_until_complete(main())
+        assert drivers and drivers[0]._tail_soon is False  # (looked at before any other turn)
+    finally:
+        for task in servers:
+            if task.done():
+                task.exception()  # (retrieved: SystemExit(3))
+        rest = asyncio.all_tasks(loop)
+        for task in rest:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+        loop.close()

@@ -606,8 +606,10 @@ class LoopDriver:
         ready = self._loop_ready
         if ready is not None and not ready_before and ready \
                 and asyncio.current_task(self.loop) is None:
-            self._run_woken(ready)
-            self._tail()
+            try:
+                self._run_woken(ready)
+            finally:  # (a KeyboardInterrupt or SystemExit a coroutine raised leaves none due)
+                self._tail()
         elif not pending:
             self.loop.call_soon(self._tail)
 
