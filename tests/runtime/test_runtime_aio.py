@@ -89,6 +89,17 @@ async def linked_pair(x: a3m.aio.Node, y: a3m.aio.Node, capacity: int = 256
     return push, pull
 
 
+async def linked_reqrep(x: a3m.aio.Node, y: a3m.aio.Node
+                        ) -> tuple[a3m.aio.Socket, a3m.aio.Socket]:
+    """A REQ on ``x`` linked to a REP on ``y``: (req, rep)."""
+    x.associate(y.id, y.address)
+    rep = y.socket(a3m.REP, "rep")
+    req = x.socket(a3m.REQ, "req")
+    req.link(rep.id)
+    assert await req.wait_linked(timeout=OP_S)
+    return req, rep
+
+
 # ---------------------------------------------------------------------------- cancellation
 
 def test_a_stream_cancelled_at_every_await_point_loses_nothing_and_doubles_nothing() -> None:
@@ -379,11 +390,7 @@ def test_a_wait_without_a_timeout_arms_no_timer_of_its_own() -> None:
 
         loop.call_at = call_at  # type: ignore[method-assign]
         async with a3m.aio.Node("nt-x") as x, a3m.aio.Node("nt-y") as y:
-            x.associate(y.id, y.address)
-            rep = y.socket(a3m.REP, "rep")
-            req = x.socket(a3m.REQ, "req")
-            req.link(rep.id)
-            assert await req.wait_linked(timeout=OP_S)
+            req, rep = await linked_reqrep(x, y)
 
             async def serve(n: int) -> None:
                 for _ in range(n):
@@ -419,11 +426,7 @@ def test_a_turn_that_wakes_a_coroutine_leaves_its_output_and_timer_until_it_ran(
     pending once the loop had a turn."""
     async def main() -> None:
         async with a3m.aio.Node("tl-x") as x, a3m.aio.Node("tl-y") as y:
-            x.associate(y.id, y.address)
-            rep = y.socket(a3m.REP, "rep")
-            req = x.socket(a3m.REQ, "req")
-            req.link(rep.id)
-            assert await req.wait_linked(timeout=OP_S)
+            req, rep = await linked_reqrep(x, y)
             drv = y.sync._driver
             if not eager:
                 drv._loop_ready = None  # as on uvloop
@@ -700,11 +703,7 @@ def test_aio_recv_waits_without_raising_would_block(monkeypatch: pytest.MonkeyPa
 
     async def main() -> None:
         async with a3m.aio.Node("alpha") as alpha, a3m.aio.Node("beta") as beta:
-            alpha.associate("beta", beta.address)
-            rep = beta.socket(a3m.REP, "rep")
-            req = alpha.socket(a3m.REQ, "req")
-            req.link(("beta", "rep"))
-            assert await req.wait_linked(timeout=5)
+            req, rep = await linked_reqrep(alpha, beta)
             assert rep.sync._recv_now() is None
             monkeypatch.setattr(a3m.WouldBlock, "__init__", counted)
 
@@ -833,11 +832,7 @@ def test_an_exit_a_woken_coroutine_raises_leaves_no_turn_tail_pending() -> None:
 
     async def main() -> None:
         async with a3m.aio.Node("ex-x") as x, a3m.aio.Node("ex-y") as y:
-            x.associate(y.id, y.address)
-            rep = y.socket(a3m.REP, "rep")
-            req = x.socket(a3m.REQ, "req")
-            req.link(rep.id)
-            assert await req.wait_linked(timeout=OP_S)
+            req, rep = await linked_reqrep(x, y)
             drivers.append(y.sync._driver)
 
             async def serve() -> None:

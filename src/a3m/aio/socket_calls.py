@@ -63,7 +63,7 @@ async def send(sock: Any, data: Any, timeout: float | None, kw: dict[str, Any]) 
         if timeout == 0:
             raise
     # A try after a wait says so (``_waited``): the send goes on in the cork window as
-    # one that blocked does (``Socket._sent``). The Python send takes the keyword
+    # one that blocked does (``socket_calls.sent``). The Python send takes the keyword
     # (``sync.send`` may be the native one, which takes none: it is the try above).
     await sock.node._retry(partial(_sync.Socket.send, sync, data, 0, _waited=True, **kw),
                            timeout, f"send on {sock.id.tag!r}", sock._refused)

@@ -152,6 +152,6 @@ def recv_now(sock: Any) -> bytes | None:
         if out is not None:
             node._after_call()
             return out
-        if sock._closed or node._closed or not drv.running:
+        if sock._closed or node._closed or not drv._running or drv._lingering:
             sock._check_open()  # (it raises)
         return None

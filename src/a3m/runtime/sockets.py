@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from a3m._dataplane import native
 from a3m.core import message as m
@@ -78,8 +78,6 @@ class ReceivedMessage:
     #: DISH: the group the message was sent to.
     group: str | None = None
 
-
-_T = TypeVar("_T")
 
 #: A call that waits, as steps (``Socket.close``): each step yields a condition, the runtime
 #: waits (under the node's lock) until it holds or the call's deadline passes and sends back
@@ -252,7 +250,7 @@ class Socket:
                     None if marks is None else marks[sent:], **kw)
                 if went:
                     sent += went
-                    self._sent(now, _waited or deadline >= 0)
+                    _calls.sent(self, core, now, _waited or deadline >= 0)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
                     why = self._why_blocked(marks is not None)
@@ -281,19 +279,20 @@ class Socket:
             if taken:
                 return [payload for payload, _ in taken]
         core = self._core
-        return self._take(lambda: core.try_recv_many(max_items) or None, timeout, "recv_many")
+        return _calls.take(self, lambda: core.try_recv_many(max_items) or None, timeout,
+                           "recv_many")
 
     def recv_msg(self, timeout: float | None = None) -> ReceivedMessage:
         """The next message with its source (and topic, for SUB)."""
         if self._prefetch:
             inbox = self._inbox
             try:
-                payload, source = inbox.popleft() if inbox else self._take(
-                    self._take_ahead, timeout, "recv")
+                payload, source = inbox.popleft() if inbox else _calls.take(
+                    self, self._take_ahead, timeout, "recv")
             except IndexError:  # another thread took the last one meanwhile
-                payload, source = self._take(self._take_ahead, timeout, "recv")
+                payload, source = _calls.take(self, self._take_ahead, timeout, "recv")
             return ReceivedMessage(payload, SocketId(*source))
-        got = self._take(self._core.try_recv, timeout, "recv")
+        got = _calls.take(self, self._core.try_recv, timeout, "recv")
         attrs = got.attrs
         return ReceivedMessage(got.payload, SocketId(*got.source), got.topic,
                                None if attrs is None else attrs.get("group"))
@@ -312,7 +311,7 @@ class Socket:
             except IndexError:  # another thread took the last one meanwhile
                 pass
         if self._prefetch:
-            return self._take(self._take_ahead, timeout, "recv")[0]
+            return _calls.take(self, self._take_ahead, timeout, "recv")[0]
         return _calls.take(self, self._core.try_recv_payload, timeout, "recv")
 
     def _recv_now(self) -> bytes | None:
@@ -387,12 +386,8 @@ class Socket:
             if runs:
                 return runs
         core = self._core
-        return self._take(lambda: core.try_recv_runs(max_items) or None, timeout, "recv_many")
-
-    def _take(self, take: Callable[[], _T | None], timeout: float | None, what: str) -> _T:
-        """Under the node's lock: ``take()`` until it gives something (not None), waiting for
-        the network in between; then hand credits and the rest to the transport."""
-        return _calls.take(self, take, timeout, what)
+        return _calls.take(self, lambda: core.try_recv_runs(max_items) or None, timeout,
+                           "recv_many")
 
     def subscribe(self, topic: bytes | str) -> None:
         """SUB: receive messages whose topic starts with ``topic`` (b"" = everything)."""
@@ -489,11 +484,6 @@ class Socket:
         self._flags_done = 0
         self.node._reading_ahead.discard(self)
 
-    def _sent(self, now: float, waited: bool) -> None:
-        """Under the node's lock, after the core took a send made at ``now``: the node's
-        after-call (:func:`a3m.runtime.socket_calls.sent`)."""
-        _calls.sent(self, self._core, now, waited)
-
     def _hand_on(self, items: list[bytes], cookies: list[Any] | None) -> int:
         """The buffered sends to the core, with their cookies: how many it took (each was
         checked against the largest message as it was offered)."""
@@ -512,7 +502,7 @@ class Socket:
         """The next outcome of a message sent with a cookie (waits as :meth:`recv`; also
         after the socket closed, for the outcomes it learnt)."""
         core = self._core
-        out = self._take(lambda: core.take_cookies(1) or None, timeout, "recv_cookie")
+        out = _calls.take(self, lambda: core.take_cookies(1) or None, timeout, "recv_cookie")
         return out[0]
 
     def cookies(self, max_items: int = 1000) -> list[Cookie]:
