@@ -12,6 +12,7 @@
 pub mod aead;
 pub mod batch;
 pub mod exon;
+pub mod meter;
 pub mod order_lock;
 pub mod poll_choice;
 pub mod replay;
@@ -34,6 +35,8 @@ mod python_loop;
 pub mod python_sendbuf;
 #[cfg(feature = "python")]
 pub mod python_session;
+#[cfg(feature = "python")]
+pub mod python_meter;
 #[cfg(feature = "python")]
 pub mod python_poll;
 #[cfg(feature = "python")]

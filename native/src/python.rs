@@ -539,6 +539,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::python_recovery::register(m)?;
     crate::python_sendbuf::register(m)?;
     crate::python_poll::register(m)?;
+    crate::python_meter::register(m)?;
     crate::python_alloc::register(m)?;
     Ok(())
 }

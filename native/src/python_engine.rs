@@ -213,11 +213,18 @@ impl Classes {
     }
 }
 
+/// A datagram a native loop read and left to Python: its bytes, its source, and the
+/// meter's verdict when it is a token-less HELLO the loop metered.
+pub(crate) type Pending = (Vec<u8>, SocketAddr, Option<u8>);
+
 /// What the fast path of a live session reads of the secure layer (its own dicts).
 pub(crate) struct FastPath {
     /// The secure layer's session table (its `_by_index` and `_current`, natively).
     pub(crate) table: Arc<Mutex<crate::python_session::Table>>,
     pub(crate) unanswered_rehandshake: i64,
+    /// The secure layer's handshake budgets (its `meter()`), when native: the native reads
+    /// shed a flood's token-less HELLOs from them before any Python runs.
+    pub(crate) meter: Option<crate::python_meter::SharedMeter>,
 }
 
 /// Where sealed datagrams go: the twin's list of `(bytes, address)`, or a batch for the
@@ -292,7 +299,9 @@ pub struct ExonCore {
     pub(crate) sec: SecSlot,
     /// Datagrams the native loop (`run_io`) read but left to the secure layer (Python), in
     /// order: the next `receive_io` takes them first.
-    pub(crate) pending_rx: Mutex<Vec<(Vec<u8>, SocketAddr)>>,
+    /// Each with the meter's verdict when it is a token-less HELLO the loop metered (else
+    /// none): the secure layer answers it without metering it again (`open_hello`).
+    pub(crate) pending_rx: Mutex<Vec<Pending>>,
     /// Output the native loop took but could not seal itself, in order: the next
     /// `output_batch` sends it first.
     pub(crate) pending_tx: Mutex<Vec<OutItem<PyAddr>>>,
@@ -306,9 +315,14 @@ pub struct ExonCore {
     pub(crate) forged: std::sync::atomic::AtomicI64,
     /// Datagrams the native loop refused as the secure layer would (`python_loop::Refused`;
     /// added to its counters when they are read).
-    pub(crate) refused: [std::sync::atomic::AtomicI64; 4],
+    pub(crate) refused: [std::sync::atomic::AtomicI64; 5],
     /// Datagrams a native loop read and left to Python (`pending_rx`), ever (diagnostics).
     pub(crate) left: std::sync::atomic::AtomicU64,
+    /// Token-less HELLOs the native reads shed from the meter, ever (diagnostics: none of
+    /// them reached Python).
+    pub(crate) shed: std::sync::atomic::AtomicU64,
+    /// Datagrams handed to the Python secure layer (`open`, `open_hello`), ever (diagnostics).
+    pub(crate) to_python: std::sync::atomic::AtomicU64,
     /// A leader's poll-or-sleep choice (`lead_io`; its budget is `set_busy_poll`'s).
     pub(crate) poll: Mutex<crate::poll_choice::PollChoice>,
     /// Datagrams the native loop failed to send (the driver adds them to its `io_errors`).
@@ -588,6 +602,7 @@ impl ExonCore {
             return self.sync_events(py);
         }
         let addr = io.addr_object(py, sa)?;
+        self.to_python.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let opened = sec.call_method1(pyo3::intern!(py, "open"), (PyBytes::new(py, d), &addr, now))?;
         self.opened(py, &opened, addr.as_any(), now)
     }
@@ -614,6 +629,7 @@ impl ExonCore {
                 return self.sync_events(py);
             }
         }
+        self.to_python.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let opened = sec.call_method1(pyo3::intern!(py, "open"), (data, addr, now))?;
         self.opened(py, &opened, addr, now)
     }
@@ -664,6 +680,8 @@ impl ExonCore {
             forged: std::sync::atomic::AtomicI64::new(0),
             refused: Default::default(),
             left: std::sync::atomic::AtomicU64::new(0),
+            shed: std::sync::atomic::AtomicU64::new(0),
+            to_python: std::sync::atomic::AtomicU64::new(0),
             poll: Mutex::new(crate::poll_choice::PollChoice::new(0.0)),
             io_errors: std::sync::atomic::AtomicU64::new(0),
             fast: Mutex::new(None),
@@ -723,7 +741,11 @@ impl ExonCore {
             .getattr(pyo3::intern!(py, "UNANSWERED_REHANDSHAKE"))
             .and_then(|v| v.extract::<i64>())
             .unwrap_or(4);
-        *locked(&self.fast) = Some(FastPath { table, unanswered_rehandshake: unanswered });
+        let meter = s
+            .call_method0(pyo3::intern!(py, "meter"))
+            .ok()
+            .and_then(|m| m.cast::<crate::python_meter::HandshakeMeter>().ok().map(|m| m.get().shared.clone()));
+        *locked(&self.fast) = Some(FastPath { table, unanswered_rehandshake: unanswered, meter });
         *locked(&self.sec) = Some(sec);
         Ok(())
     }
@@ -932,6 +954,18 @@ impl ExonCore {
         self.left.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Token-less HELLOs the native reads shed from the handshake budgets (`meter.rs`)
+    /// since the engine was made: counted in `unauth_shed` too, and never seen by Python.
+    fn hellos_shed(&self) -> u64 {
+        self.shed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Datagrams handed to the Python secure layer (its `open` or `open_hello`) since the
+    /// engine was made, by any path: what the native reads neither opened nor refused.
+    fn secure_python(&self) -> u64 {
+        self.to_python.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Datagrams the native loop failed to send since the last call (the driver counts them).
     fn take_io_errors(&self) -> u64 {
         self.io_errors.swap(0, std::sync::atomic::Ordering::Relaxed)
@@ -942,15 +976,18 @@ impl ExonCore {
     /// were read, and that time.
     fn receive_io(&self, py: Python<'_>, io: &UdpIo, max: usize) -> PyResult<(usize, f64)> {
         let pending = std::mem::take(&mut *locked(&self.pending_rx));
+        // the meter's verdicts on what the native loop left (the HELLOs it metered)
+        let mut verdicts: Vec<Option<u8>> = Vec::new();
         let mut read = if pending.is_empty() {
             read_batch(py, io, max)?
         } else {
             // what the native loop left first, then what waits (an error reading: later)
             let mut r = crate::python_io::Read::default();
-            for (d, sa) in pending {
+            for (d, sa, verdict) in pending {
                 let start = r.data.len();
                 r.data.extend_from_slice(&d);
                 r.items.push((start, d.len(), sa));
+                verdicts.push(verdict);
             }
             if let Ok(more) = read_batch(py, io, max) {
                 for i in 0..more.items.len() {
@@ -997,9 +1034,38 @@ impl ExonCore {
             }
             order.extend(rest);
         }
+        let (tbl, meter) = match locked(&self.fast).as_ref() {
+            Some(f) => (Some(f.table.clone()), f.meter.clone()),
+            None => (None, None),
+        };
         for i in order {
             let sa = read.items[i].2;
-            self.receive_sealed_bytes(py, sec, read.bytes_mut(i), sa, io, now)?;
+            // What the secure layer's first rules refuse, refused here as the native loop
+            // does, without Python. The session table is exact here (a handshake before
+            // this datagram was handled already, in order): nothing is `installing`.
+            if let Some(t) = &tbl {
+                if self.refuse_native(read.bytes(i), t, false) {
+                    continue;
+                }
+            }
+            // A token-less HELLO: metered here unless the native loop did (shed: counted,
+            // no Python), answered by the secure layer with its verdict.
+            let verdict = match verdicts.get(i) {
+                Some(&Some(v)) => Some(v),
+                _ => self.meter_hello(meter.as_ref(), read.bytes(i), &sa, now),
+            };
+            match verdict {
+                None => self.receive_sealed_bytes(py, sec, read.bytes_mut(i), sa, io, now)?,
+                Some(crate::meter::SHED) => {}
+                Some(v) => {
+                    let d = read.bytes(i);
+                    self.eng(py).note_datagram(d.len());
+                    let addr = io.addr_object(py, sa)?;
+                    self.to_python.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    sec.call_method1(pyo3::intern!(py, "open_hello"), (PyBytes::new(py, d), &addr, now, v))?;
+                    self.sync_events(py)?;
+                }
+            }
         }
         self.sync(py)?;
         Ok((n, now))

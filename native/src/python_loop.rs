@@ -29,10 +29,19 @@ pub(crate) enum Refused {
     Truncated = 1,
     UnknownSession = 2,
     InClear = 3,
+    /// A token-less HELLO the handshake budgets shed (`meter.rs`).
+    Shed = 4,
 }
 
 /// The `ExonStats` fields of `Refused`, in order.
-pub(crate) const REFUSED_NAMES: [&str; 4] = ["malformed", "truncated", "unknown_session", "plain_refused"];
+pub(crate) const REFUSED_NAMES: [&str; 5] = ["malformed", "truncated", "unknown_session", "plain_refused", "unauth_shed"];
+
+/// Whether the secure layer may install a session when it handles `d`: an INITIATE (the
+/// responder's side) or a WELCOME (the initiator's); a HELLO, a RETRY or a datagram sealed
+/// under a session never does.
+fn may_install(d: &[u8]) -> bool {
+    d.len() >= 2 && d[0] == crate::wire::VERSION && matches!(d[1], crate::aead::INITIATE | crate::aead::WELCOME)
+}
 
 /// Why `run_io` came back.
 pub const TIMEOUT: u8 = 0;
@@ -155,8 +164,8 @@ impl ExonCore {
     pub(crate) fn io_loop(&self, io: &UdpIo, fd: i32, wake: i32, until: f64, spin_s: f64, lead: bool) -> LoopEnd {
         let start = monotonic();
         let mut end = LoopEnd { why: TIMEOUT, reads: 0, now: start, input_after: -1.0, preempted: false };
-        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.unanswered_rehandshake));
-        let Some((tbl, limit)) = fast else {
+        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.unanswered_rehandshake, f.meter.clone()));
+        let Some((tbl, limit, meter)) = fast else {
             // No native sessions (the secure layer's Python twins, or a node in clear): only
             // the wait is done here, until the engine's next timer at the latest.
             let deadline = match locked(&self.eng).exon_timer() {
@@ -224,14 +233,23 @@ impl ExonCore {
             // datagrams left to Python do not drag the stream behind them there): what is
             // left keeps its order, and the Python turn's `receive_io` applies the same rule
             // to all of it.
-            let mut held: Vec<usize> = Vec::new();
+            let mut held: Vec<(usize, Option<u8>)> = Vec::new();
             let mut ahead: i64 = 0;
+            // a handshake datagram left to Python that may install a session (this read's, or
+            // one still waiting from an earlier read)
+            let mut installing = locked(&self.pending_rx).iter().any(|p| may_install(&p.0));
             for i in 0..n {
                 let sa = read.items[i].2;
                 if self.open_native(read.bytes_mut(i), sa, now, &tbl) {
                     ahead += i64::from(!held.is_empty());
-                } else if !self.refuse_native(read.bytes(i), &tbl, !held.is_empty()) {
-                    held.push(i);
+                } else if !self.refuse_native(read.bytes(i), &tbl, installing) {
+                    // A token-less HELLO is metered here, in the order read: shed (no Python
+                    // at all), or left to Python with its verdict (`open_hello`).
+                    let verdict = self.meter_hello(meter.as_ref(), read.bytes(i), &sa, now);
+                    if verdict != Some(crate::meter::SHED) {
+                        installing |= may_install(read.bytes(i));
+                        held.push((i, verdict));
+                    }
                 }
             }
             if ahead > 0 {
@@ -239,8 +257,8 @@ impl ExonCore {
             }
             if !held.is_empty() {
                 let mut pending = locked(&self.pending_rx);
-                for &i in &held {
-                    pending.push((read.bytes(i).to_vec(), read.items[i].2));
+                for &(i, verdict) in &held {
+                    pending.push((read.bytes(i).to_vec(), read.items[i].2, verdict));
                 }
                 self.left.fetch_add(held.len() as u64, Ordering::Relaxed);
                 drop(pending);
@@ -285,10 +303,11 @@ impl ExonCore {
     /// first lines: a wrong version, a type it does not know, a datagram in clear, a sealed
     /// one too short or under the index of no session), counted as it counts them, before
     /// any Python runs (a storm of garbage costs no turn); false: left to it. An unknown
-    /// index only while nothing waits for Python (`pending_rx`, or `behind`: something of
-    /// this read is left to it): a handshake there may be about to install the session it
-    /// names. The other refusals depend on no state.
-    fn refuse_native(&self, d: &[u8], tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>, behind: bool) -> bool {
+    /// index only while no datagram that may install a session waits for Python
+    /// (`installing`: an INITIATE or a WELCOME of `pending_rx` or of this read, see
+    /// `may_install`): it may be about to install the session the index names. The other
+    /// refusals depend on no state.
+    pub(crate) fn refuse_native(&self, d: &[u8], tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>, installing: bool) -> bool {
         let n = d.len();
         let why = if n < 2 || d[0] != crate::wire::VERSION {
             Refused::Malformed
@@ -298,10 +317,7 @@ impl ExonCore {
                 DATA | CHALLENGE | RESPONSE => {
                     if n < crate::aead::OVERHEAD {
                         Refused::Truncated
-                    } else if behind
-                        || table(tbl).by_index.contains_key(&crate::aead::index_of(d))
-                        || !locked(&self.pending_rx).is_empty()
-                    {
+                    } else if installing || table(tbl).by_index.contains_key(&crate::aead::index_of(d)) {
                         return false;
                     } else {
                         Refused::UnknownSession
@@ -315,6 +331,19 @@ impl ExonCore {
         locked(&self.eng).note_datagram(n);
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// The handshake budgets' verdict on `d` when it is a token-less HELLO and the meter is
+    /// native (None: not one, or no native meter); a shed one is counted here (`unauth_shed`,
+    /// and the datagram in `datagrams_in`), as the secure layer counts it.
+    pub(crate) fn meter_hello(&self, meter: Option<&crate::python_meter::SharedMeter>, d: &[u8], sa: &std::net::SocketAddr, now: f64) -> Option<u8> {
+        let verdict = crate::meter::hello_verdict(&mut crate::python_meter::meter_lock(meter?), d, sa, now)?;
+        if verdict == crate::meter::SHED {
+            locked(&self.eng).note_datagram(d.len());
+            self.refused[Refused::Shed as usize].fetch_add(1, Ordering::Relaxed);
+            self.shed.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(verdict)
     }
 
     /// Events for the layer above, or output left to Python.

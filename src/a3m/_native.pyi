@@ -4,7 +4,7 @@ Each function and class has a Python twin that stays the specification (``docs/d
 "The native data plane"); ``a3m.NATIVE`` tells whether this module runs.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 __version__: str
@@ -136,6 +136,18 @@ class SessionTable:
     def install(self, index: int, path: SessionPath) -> None: ...
     def drop(self, index: int, path: SessionPath) -> None: ...
     def __len__(self) -> int: ...
+class HandshakeMeter:
+    """The budgets of handshake datagrams from unproven addresses, shared by the secure layer
+    and the native reads (which shed a flood's token-less HELLOs); twin of
+    :class:`a3m.exon.secure.meter.HandshakeMeter`."""
+
+    def __init__(self, handshake_rate: float = 1000.0, retry_rate: float = 2000.0) -> None: ...
+    def source_ok(self, addr: Hashable, now: float, cost: float = 1.0) -> bool: ...
+    def hello(self, addr: Hashable, now: float) -> int: ...
+    def source_count(self) -> int: ...
+    def state(self) -> tuple[float, float, float, float, float, float, int]: ...
+    def budget_of(self, addr: Hashable) -> tuple[float, float] | None: ...
+
 class ReplayWindow:
     """The replay window of a session's receiving direction; twin of
     :class:`a3m.exon.secure.replay.ReplayWindow`."""
@@ -212,6 +224,11 @@ class ExonCore:
         """When ``run_io`` sleeps until (0.0: awake or not running)."""
     def loop_left(self) -> int:
         """Datagrams the native loops read and left to the Python turn, ever."""
+    def secure_python(self) -> int:
+        """Datagrams handed to the Python secure layer (``open``, ``open_hello``), ever."""
+    def hellos_shed(self) -> int:
+        """Token-less HELLOs the native reads shed from the handshake budgets, ever (counted
+        in ``unauth_shed`` too; none reached Python)."""
     def take_io_errors(self) -> int:
         """Datagrams ``run_io`` failed to send since the last call."""
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]: ...

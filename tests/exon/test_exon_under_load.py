@@ -13,8 +13,13 @@ from a3m.exon import Delivered, ExonConfig
 from a3m.exon.secure import NodeKey, packets
 from a3m.exon.secure import handshake as hs
 from a3m.exon.secure.cookies import SECRET_ROTATION_S, CookieJar
-from a3m.exon.secure.responder import source_of
-from a3m.exon.secure.state import HANDSHAKE_BURST_S, MAX_SOURCES, RETRY_COST, SOURCE_RATE
+from a3m.exon.secure.meter import (
+    HANDSHAKE_BURST_S,
+    MAX_SOURCES,
+    RETRY_COST,
+    SOURCE_RATE,
+    source_of,
+)
 
 from .secure_net import SecureNet
 

@@ -109,6 +109,12 @@ class SecureLayer(ResponderPart):
             st.malformed += 1
         return None
 
+    def open_hello(self, data: bytes, addr: Address, now: float, verdict: int) -> None:
+        """A token-less HELLO the native loop read and metered already (``verdict``:
+        ``meter.RETRY`` or ``meter.EXCHANGE``; it shed the others itself): :meth:`open`'s
+        answer to it, without metering it twice."""
+        self._on_hello(data, addr, now, verdict)
+
     # ------------------------------------------------------------------ sending
 
     def seal(self, peer: str, plain: bytes, addr: Address, now: float,

@@ -6,9 +6,7 @@ key exchanges for token-less HELLOs (``docs/exon-wire.md``, "Under load").
 
 from __future__ import annotations
 
-import ipaddress
 import struct
-from collections.abc import Hashable
 
 from a3m.exon.events import KeyRefused
 from a3m.exon.secure import handshake as hs
@@ -16,18 +14,15 @@ from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S
 from a3m.exon.secure.initiator import InitiatorPart
 from a3m.exon.secure.keys import KEY_BYTES, NodeKey
+from a3m.exon.secure.meter import HANDSHAKE_BURST_S, RETRY, SHED
 from a3m.exon.secure.noise import HandshakeError
 from a3m.exon.secure.session import Session
 from a3m.exon.secure.state import (
-    HANDSHAKE_BURST_S,
     MAX_PROVEN,
     MAX_SESSIONS,
-    MAX_SOURCES,
     MAX_WELCOMES,
     PROVEN_RATE,
     PROVEN_S,
-    RETRY_COST,
-    SOURCE_RATE,
     WELCOME_REPEAT_S,
     Address,
 )
@@ -38,54 +33,16 @@ def _addr_bytes(addr: Address) -> bytes:
 
 
 
-def source_of(addr: Address) -> Hashable:
-    """The source an address counts as for the per-source budgets: an IPv4 address, an
-    IPv6 /64 (a host's usual share), whatever the port; any other address as it is."""
-    if isinstance(addr, tuple) and addr and isinstance(addr[0], str):
-        host: str = addr[0]
-        if ":" not in host:
-            return host
-        try:
-            return ipaddress.IPv6Address(host.split("%", 1)[0]).packed[:8]
-        except ValueError:
-            return host
-    return addr
-
-
-
 class ResponderPart(InitiatorPart):
     """Answers handshakes peers start, within the budgets."""
 
-    def _source_ok(self, addr: Address, now: float, cost: float = 1.0) -> bool:
+    def _source_ok(self, addr: Address, now: float) -> bool:
         """Under load, take one from the budget of the source ``addr`` counts as (False: it
-        is spent; counted ``unauth_shed``). Under load: more HELLOs and INITIATEs than
-        ``handshake_rate`` a second, over about a second (WireGuard limits per source only
-        under load too: a hundred nodes behind one address starting at once are not load)."""
-        rate = self._rate
-        load = min(rate, self._load + (now - self._load_at) * rate)
-        self._load_at = now
-        self._load = max(-rate, load - 1.0)
-        if load >= 1.0:
+        is spent; counted ``unauth_shed``): ``HandshakeMeter.source_ok``."""
+        if self._meter.source_ok(addr, now, 1.0):
             return True
-        key = source_of(addr)
-        sources = self._sources
-        b = sources.get(key)
-        if b is None:
-            if len(sources) >= MAX_SOURCES:
-                for k in [k for k, v in sources.items() if now - v[1] >= 1.0]:
-                    del sources[k]
-                if len(sources) >= MAX_SOURCES:
-                    sources.clear()
-            sources[key] = [SOURCE_RATE - cost, now]
-            return True
-        left = min(SOURCE_RATE, b[0] + (now - b[1]) * SOURCE_RATE)
-        b[1] = now
-        if left < cost:
-            b[0] = left
-            self.stats.unauth_shed += 1
-            return False
-        b[0] = left - cost
-        return True
+        self.stats.unauth_shed += 1
+        return False
 
     def _proven_ok(self, addr: Address, now: float) -> bool:
         """A HELLO's RETRY token checked out: ``addr`` is proven. Take a key exchange from
@@ -106,7 +63,10 @@ class ResponderPart(InitiatorPart):
         return True
 
 
-    def _on_hello(self, data: bytes | memoryview, addr: Address, now: float) -> None:
+    def _on_hello(self, data: bytes | memoryview, addr: Address, now: float,
+                  verdict: int = -1) -> None:
+        """A HELLO. ``verdict``: the meter's for a token-less one, when the native loop took
+        it already (``open_hello``); -1: take it here."""
         st = self.stats
         if len(data) < p.HELLO_SIZE:
             st.truncated += 1
@@ -117,25 +77,12 @@ class ResponderPart(InitiatorPart):
             return
         busy = False
         if not tlen:  # (a token is checked below: a valid one skips the source's budget)
-            rate = self._rate
-            left = min(rate * HANDSHAKE_BURST_S, self._bucket + (now - self._bucket_at) * rate)
-            if not self._source_ok(addr, now, RETRY_COST if left < 1.0 else 1.0):
+            if verdict < 0:
+                verdict = self._meter.hello(addr, now)
+            if verdict == SHED:
+                st.unauth_shed += 1
                 return
-            self._bucket_at = now
-            self._bucket = max(-rate, left - 1.0)
-            if left < 1.0:
-                # Busy: prove your address first (a RETRY is smaller than the HELLO), as
-                # many as the RETRY budget allows; beyond it, nothing at all.
-                r = self._retry_rate
-                retries = min(r * HANDSHAKE_BURST_S,
-                              self._retries + (now - self._retries_at) * r)
-                self._retries_at = now
-                if retries < 1.0:
-                    self._retries = retries
-                    st.unauth_shed += 1
-                    return
-                self._retries = retries - 1.0
-                busy = True
+            busy = verdict == RETRY
         at = 3 + tlen
         e_i = bytes(data[at:at + KEY_BYTES])
         index_b = bytes(data[at + KEY_BYTES:at + KEY_BYTES + 4])

@@ -24,6 +24,7 @@ from a3m.exon.recovery import UNSAMPLED_STEADY_PTOS
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
 from a3m.exon.secure.keys import NodeKey
+from a3m.exon.secure.meter import HANDSHAKE_BURST_S, new_meter
 from a3m.exon.secure.noise import SymmetricState
 from a3m.exon.secure.session import INF, Session, new_session_table
 from a3m.exon.secure.trust import TrustStore
@@ -62,22 +63,6 @@ MAX_QUEUED_BYTES = 1 << 20
 MAX_SESSIONS = 65536
 #: Handshakes this node started and that are still pending, in all.
 MAX_PENDING = 65536
-#: Under load, handshake datagrams (HELLO, INITIATE) a second that one source may make this
-#: node work on (a RETRY, a token or cookie checked, a key exchange), and the burst allowed;
-#: beyond it they are dropped before any cryptography (``unauth_shed``). A source is an IPv4
-#: address or an IPv6 /64, whatever the port (WireGuard's rule): the port costs an attacker
-#: nothing.
-SOURCE_RATE = 100.0
-#: The handshake and RETRY budgets hold this many seconds' worth at most (the burst): a
-#: flood's first moments cost a tenth of a second of key exchanges, not a whole second.
-HANDSHAKE_BURST_S = 0.1
-#: Under load, a HELLO answered with a RETRY takes this much of its source's budget (a key
-#: exchange or a cookie checked takes 1): a RETRY costs an HMAC and a datagram smaller than
-#: the HELLO, and ``retry_rate`` bounds them all, so a fleet behind one address (a NAT, a
-#: Kubernetes node) gets SOURCE_RATE / RETRY_COST RETRYs a second, then proves itself: 2000,
-#: as many as ``retry_rate``'s default, which binds first (at 0.1, 10 000 peers behind one
-#: address took 36 s to link, their shed HELLOs backing off).
-RETRY_COST = 0.05
 #: Addresses that proved themselves (a HELLO with a valid RETRY token) stay proven this
 #: long, and at most this many are remembered (all forgotten beyond).
 PROVEN_S = COOKIE_LIFETIME_S
@@ -87,9 +72,6 @@ MAX_PROVEN = 65536
 #: responder's key exchanges cost ~0.3 ms: about half a core). A token replayed is refused
 #: nothing more than this.
 PROVEN_RATE = 2000.0
-#: Sources whose budget is tracked at once; beyond, those idle for a second (their budget
-#: full again) are forgotten, and all of them if that is not enough.
-MAX_SOURCES = 4096
 #: A HELLO sent again (the same bytes from the same address: its WELCOME was lost, or is
 #: still in the responder's queue behind a busy node) within this long gets the WELCOME made
 #: for it again, not a second key exchange; at most MAX_WELCOMES are kept (the oldest go).
@@ -171,26 +153,15 @@ class SecureState:
         #: trips it measured (0: none): the silence rule waits four of them before it
         #: suspects a restart.
         self._rtt_of = rtt_of
-        self._rate = handshake_rate
-        # HELLOs without a token, metered: each takes one (answered or not), down to a debt
-        # of a second's worth; a key exchange only while one is left. A flood past the rate
-        # keeps it in debt, so a sustained flood gets no key exchange at all.
-        self._bucket = handshake_rate * HANDSHAKE_BURST_S
-        self._bucket_at = -INF
-        self._retry_rate = retry_rate
-        self._retries = retry_rate * HANDSHAKE_BURST_S  # RETRYs a second, in all
-        self._retries_at = -INF
-        self._sources: dict[Hashable, list[float]] = {}  # source -> [budget left, when]
+        #: The budgets of handshake datagrams from unproven addresses (``meter.py``): native
+        #: where ``a3m.NATIVE``, where the native loop sheds a flood's HELLOs from it.
+        self._meter: Any = new_meter(handshake_rate, retry_rate)
         # Key exchanges for HELLOs whose RETRY token proved their address: no per-source
         # budget, only this one (PROVEN_RATE); such an address's INITIATE skips its source's
         # budget too (``_proven``: address -> until).
         self._proven_bucket = PROVEN_RATE * HANDSHAKE_BURST_S
         self._proven_at = -INF
         self._proven: dict[Address, float] = {}
-        # HELLOs and INITIATEs, metered as the bucket above but over a second's burst: in
-        # debt, the node is under load and the per-source budgets apply.
-        self._load = handshake_rate
-        self._load_at = -INF
         self._rekey_after = rekey_after_s
         self._idle = idle_s
         self._backoff_cap = backoff_cap_s
@@ -231,8 +202,13 @@ class SecureState:
         return self._by_index
 
     def source_count(self) -> int:
-        """Sources whose handshake budget is being tracked (bounded by MAX_SOURCES)."""
-        return len(self._sources)
+        """Sources whose handshake budget is being tracked (bounded by ``MAX_SOURCES``)."""
+        return int(self._meter.source_count())
+
+    def meter(self) -> Any:
+        """The budgets of handshake datagrams (``meter.HandshakeMeter`` or its native twin,
+        which the native loop sheds from)."""
+        return self._meter
 
     def pending_count(self) -> int:
         return len(self._pending)

@@ -1,0 +1,153 @@
+"""The native handshake budgets (``a3m._native.HandshakeMeter``, what the native reads shed a
+HELLO flood from) against their Python twin (``a3m.exon.secure.meter.HandshakeMeter``): the
+same calls give the same verdicts and the same state, bit for bit; and a running node sheds
+a flood's token-less HELLOs before any Python runs, counting each one."""
+
+from __future__ import annotations
+
+import socket
+import time
+from random import Random
+from typing import Any
+
+import pytest
+
+import a3m
+from a3m._dataplane import native
+from a3m.exon.secure import packets as p
+from a3m.exon.secure.meter import MAX_SOURCES, HandshakeMeter, new_meter
+
+pytestmark = pytest.mark.skipif(native is None, reason="the native data plane is not built")
+
+# Addresses as the runtime and the simulator give them: IPv4 and IPv6 tuples (three hosts of
+# one /64, one of another, one with a scope), a host that is no address, a simulator's name.
+_ADDRS: list[Any] = [
+    ("192.0.2.1", 1000), ("192.0.2.1", 1001), ("192.0.2.2", 7), ("10.0.0.9", 9),
+    ("2001:db8::1", 5, 0, 0), ("2001:db8::ffff:1", 6, 0, 0), ("2001:db8::2%eth0", 7, 0, 3),
+    ("2001:db8:0:1::1", 5, 0, 0), ("[not-an-address", 1), "node-7", ("node-8",), 17,
+]
+
+
+def _same(py: HandshakeMeter, rs: Any, addr: Any, where: Any) -> None:
+    assert py.state() == rs.state(), where
+    assert py.budget_of(addr) == rs.budget_of(addr), where
+    assert py.source_count() == rs.source_count(), where
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_native_meter_decides_as_its_twin(seed: int) -> None:
+    rng = Random(seed)
+    rate = rng.choice([0.0, 1.0, 50.0, 1000.0])
+    retry_rate = rng.choice([0.0, 5.0, 2000.0])
+    py, rs = HandshakeMeter(rate, retry_rate), native.HandshakeMeter(rate, retry_rate)
+    many = seed % 8 == 0  # beyond MAX_SOURCES: sources forgotten, idle first, then all
+    now = rng.uniform(0, 1e6)
+    for step in range(3000 if not many else 3 * MAX_SOURCES):
+        # mostly a flood's pace (in debt, under load), now and then a pause or the same time
+        now += rng.choice([0.0, 1e-5, 1e-4, 1e-3, rng.expovariate(2.0)])
+        addr = (f"198.51.{step % 40}.{step % 251}", 1) if many else rng.choice(_ADDRS)
+        if rng.random() < 0.6:
+            a, b = py.hello(addr, now), rs.hello(addr, now)
+        else:
+            cost = rng.choice([1.0, 0.05, rng.random()])
+            a, b = py.source_ok(addr, now, cost), rs.source_ok(addr, now, cost)
+        assert a == b, (seed, step)
+        _same(py, rs, addr, (seed, step))
+
+
+def test_the_node_s_secure_layer_meters_with_the_native_twin() -> None:
+    assert isinstance(new_meter(1000.0, 2000.0), native.HandshakeMeter)
+
+
+def _hello(rng: Random) -> bytes:
+    head = p.HELLO_HDR.pack(p.VERSION, p.HELLO, 0) + rng.randbytes(36)
+    return head + bytes(p.HELLO_SIZE - len(head))
+
+
+def _counted(st: dict[str, int]) -> int:
+    """HELLOs a node has dealt with: shed, sent a RETRY, answered (or failed to)."""
+    return (st["unauth_shed"] + st["retries_sent"] + st["hellos_answered"]
+            + st["handshake_failed"])
+
+
+def test_a_hello_flood_is_shed_natively_and_every_hello_counted() -> None:
+    """12 000 token-less HELLOs from 8 addresses at a node: its key exchange budget (a burst
+    of 100, then 1 000 a second) and its RETRYs' (a burst of 200) are soon spent; the rest are shed by the
+    native reads before any Python runs (``hellos_shed``), and every HELLO is counted once:
+    answered, sent a RETRY or shed."""
+    rng = Random(5)
+    n = 12_000
+    with a3m.Node("meter-rx") as node:
+        proto = node._driver.proto
+        if not hasattr(proto, "hellos_shed"):
+            pytest.skip("the Python engine runs (A3M_ENGINE=python)")
+        socks = []
+        for i in range(8):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((f"127.0.0.{20 + i}", 0))
+            socks.append(s)
+        t0 = time.monotonic()
+        try:
+            for k in range(n):
+                socks[k % 8].sendto(_hello(rng), node.address)
+                if k % 200 == 199:
+                    time.sleep(0.001)  # (the node's socket buffer is not a test subject)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                st = node.stats["exon"]
+                drops = node.stats["rx_drops"] or 0
+                if _counted(st) + drops >= n:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.1)  # (nothing more comes: a HELLO counted twice would show)
+            st = node.stats["exon"]
+            drops = node.stats["rx_drops"] or 0
+            shed = proto.hellos_shed()
+            elapsed = time.monotonic() - t0
+        finally:
+            for s in socks:
+                s.close()
+    assert st["malformed"] == 0 and st["truncated"] == 0
+    assert _counted(st) == n - drops
+    # the key exchanges' burst, and what handshake_rate (1 000 a second) refilled meanwhile
+    assert st["hellos_answered"] <= 100 + 1000 * elapsed + 1
+    assert st["retries_sent"] > 0
+    # every HELLO shed was shed natively (the meter sheds; Python only answers)
+    assert shed == st["unauth_shed"] > n // 2
+
+
+def test_a_flood_reaches_python_only_with_the_hellos_it_answers() -> None:
+    """Token-less HELLOs, each followed by garbage the secure layer's first rules refuse
+    (sealed under an index of no session, a wrong version, a datagram in clear): the native
+    reads shed the HELLOs the budgets refuse and refuse the garbage, by whichever read they
+    come (the native loop's, a turn's), and behind a HELLO left to Python too (a HELLO
+    installs no session). Python is handed only the HELLOs it answers."""
+    rng = Random(9)
+    pairs = 4000
+    junk = [p.SEALED_HDR.pack(p.VERSION, p.DATA, 0xBAD0000 + i, 1) + bytes(48) for i in range(7)]
+    junk += [bytes([p.VERSION + 1]) + bytes(40), bytes([p.VERSION, p.PLAIN]) + bytes(20)]
+    with a3m.Node("meter-flood") as node, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+        proto = node._driver.proto
+        if not hasattr(proto, "secure_python"):
+            pytest.skip("the Python engine runs (A3M_ENGINE=python)")
+        before = proto.secure_python()
+        for k in range(pairs):
+            attacker.sendto(_hello(rng), node.address)
+            attacker.sendto(junk[k % len(junk)], node.address)
+            if k % 100 == 99:
+                time.sleep(0.001)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = node.stats["exon"]
+            refused = st["unknown_session"] + st["malformed"] + st["plain_refused"]
+            if _counted(st) + refused + (node.stats["rx_drops"] or 0) >= 2 * pairs:
+                break
+            time.sleep(0.05)
+        st = node.stats["exon"]
+        handed = proto.secure_python() - before
+        drops = node.stats["rx_drops"] or 0
+    assert _counted(st) + st["unknown_session"] + st["malformed"] + st["plain_refused"] \
+        == 2 * pairs - drops
+    assert st["unauth_shed"] > pairs // 2
+    assert handed == st["retries_sent"] + st["hellos_answered"] + st["handshake_failed"]
