@@ -400,3 +400,28 @@ def test_a_batch_spreads_over_the_links_as_single_sends_would() -> None:
         a.close(5)
         for n, _ in pulls:
             n.close(5)
+
+
+@pytest.mark.parametrize("kinds", [(a3m.REQ, a3m.REP), (a3m.SURVEYOR, a3m.RESPONDENT)])
+def test_an_exchange_s_sends_are_never_held_in_the_cork_window(kinds: tuple[str, str]
+                                                               ) -> None:
+    """A request and its reply (a survey and its response) follow the previous send of their
+    node well within a 10 ms cork window, but are no stream: each is handed off at once,
+    and neither node ever opens a window (before, every send that came within the window
+    of the previous one waited for it to end: with the default 50 us window, a REQ/REP
+    round trip shorter than the window held every other request and reply)."""
+    ask, answer = kinds
+    with a3m.Node("ex-a", cork_s=WINDOW) as a, a3m.Node("ex-b", cork_s=WINDOW) as b:
+        a.associate(b.id, b.address)
+        q = a.socket(ask, "q")
+        r = b.socket(answer, "r")
+        q.link((b.id, "r"))
+        assert q.wait_linked(timeout=10)
+        for i in range(30):
+            q.send(b"q%d" % i, timeout=10)
+            got = r.recv(timeout=10)
+            assert got == b"q%d" % i
+            r.send(b"a" + got, timeout=10)
+            assert q.recv(timeout=10) == b"aq%d" % i
+        # (a window opens at a held send: ``Cork.due``)
+        assert a._cork.until == 0.0 and b._cork.until == 0.0

@@ -134,6 +134,12 @@ class SocketState:
         #: wait in the runtime's send buffer (its credits set aside), never decided per
         #: message by a pattern.
         self.plain_send = True
+        #: Each send is a step of an exchange the peer answers before the next comes (a
+        #: request, its reply, a survey, a response): the runtime hands it off at once and
+        #: never holds it in the cork window for company, the rule for a stream's sends
+        #: (``a3m.runtime.cork``). The patterns that exchange set it (REQ, REP, SURVEYOR,
+        #: RESPONDENT); a custom pattern may too.
+        self.exchange = False
 
     # ================================================================ queries
 

@@ -30,6 +30,7 @@ class Req(SocketCore):
                  **options: Any) -> None:
         super().__init__(node, tag, rng, **options)
         self._next_id = self.rng.randrange(1 << 32)
+        self.exchange = True  # (a request, a reply: handed off at once, never corked)
         self._outstanding: tuple[Link, int] | None = None
         self._reply: Received | None = None
         self._reply_link: Link | None = None
@@ -102,6 +103,7 @@ class Rep(SocketCore):
                  **options: Any) -> None:
         super().__init__(node, tag, rng, **options)
         self._requests: deque[tuple[Link, int, bytes]] = deque()
+        self.exchange = True  # (a request, a reply: handed off at once, never corked)
         self._owed: tuple[Link, int] | None = None
 
     def on_data(self, link: Link, payload: bytes) -> None:

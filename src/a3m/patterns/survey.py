@@ -30,6 +30,7 @@ class Surveyor(SocketCore):
         super().__init__(node, tag, rng, **options)
         self.set_pattern_option("survey_time_s", survey_time_s)
         self._survey = self.rng.randrange(1 << 32)
+        self.exchange = True  # (a survey: handed off at once, never corked)
         self._deadline: float | None = None  # of the survey under way
         self._expired = False  # its deadline passed (answers after it are dropped)
         self._answers: deque[tuple[Link, Received]] = deque()
@@ -106,6 +107,7 @@ class Respondent(SocketCore):
                  **options: Any) -> None:
         super().__init__(node, tag, rng, **options)
         self._surveys: deque[tuple[Link, int, bytes]] = deque()
+        self.exchange = True  # (a response: handed off at once, never corked)
         self._owed: tuple[Link, int] | None = None
 
     def on_data(self, link: Link, payload: bytes) -> None:

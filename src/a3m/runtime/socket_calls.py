@@ -93,8 +93,14 @@ def sent(sock: Any, core: SocketCore, now: float, waited: bool) -> None:
     after-call. A send of a buffered socket that ``waited`` (for credits, a link) counts
     as following the stream's previous one, so it goes on in the cork window: sent at
     once as after a quiet spell, each grant of a credit-bound stream began with a BATCH
-    of one call's messages alone (one more datagram and ACK a grant)."""
+    of one call's messages alone (one more datagram and ACK a grant). A step of an
+    exchange (``core.exchange``: a request, a reply) is no stream's: handed off at once,
+    whenever the previous send was (a round trip shorter than the window held every
+    other request, or reply, for the window: a third more to a REQ/REP round trip's p50)."""
     node = sock.node
+    if core.exchange:
+        node._after_call(-1.0, sock)
+        return
     if waited and core.plain_send:
         node._cork.sent_at = now
     node._after_call(now, sock)
