@@ -173,13 +173,10 @@ impl Meter {
     }
 }
 
-/// The verdict on a datagram the native loop read, when it is a token-less HELLO of the
-/// right size (None: not one; the secure layer handles it as ever).
-pub fn hello_verdict(meter: &mut Meter, d: &[u8], sa: &SocketAddr, now: f64) -> Option<u8> {
-    if d.len() < HELLO_SIZE || d[0] != crate::wire::VERSION || d[1] != crate::aead::HELLO || d[2] != 0 {
-        return None;
-    }
-    Some(meter.hello(|| SourceKey::of_socket(sa), now))
+/// Whether a datagram read is a token-less HELLO of the right size: the only kind the native
+/// reads meter (a look at its first bytes, before the meter's lock is taken).
+pub fn is_plain_hello(d: &[u8]) -> bool {
+    d.len() >= HELLO_SIZE && d[0] == crate::wire::VERSION && d[1] == crate::aead::HELLO && d[2] == 0
 }
 
 #[cfg(test)]
@@ -244,17 +241,18 @@ mod tests {
 
     #[test]
     fn only_a_token_less_hello_of_its_size_is_metered() {
-        let mut m = Meter::new(1000.0, 2000.0);
-        let sa: SocketAddr = "192.0.2.7:9".parse().unwrap();
         let mut d = vec![0u8; HELLO_SIZE];
         d[0] = crate::wire::VERSION;
         d[1] = crate::aead::HELLO;
-        assert_eq!(hello_verdict(&mut m, &d, &sa, 0.0), Some(EXCHANGE));
-        d[2] = 24;
-        assert_eq!(hello_verdict(&mut m, &d, &sa, 0.0), None);
+        assert!(is_plain_hello(&d));
+        d[2] = 24; // a token
+        assert!(!is_plain_hello(&d));
         d[2] = 0;
-        assert_eq!(hello_verdict(&mut m, &d[..HELLO_SIZE - 1], &sa, 0.0), None);
+        assert!(!is_plain_hello(&d[..HELLO_SIZE - 1]));
         d[1] = crate::aead::INITIATE;
-        assert_eq!(hello_verdict(&mut m, &d, &sa, 0.0), None);
+        assert!(!is_plain_hello(&d));
+        d[1] = crate::aead::HELLO;
+        d[0] ^= 1;
+        assert!(!is_plain_hello(&d));
     }
 }

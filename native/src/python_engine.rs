@@ -217,6 +217,10 @@ impl Classes {
 /// meter's verdict when it is a token-less HELLO the loop metered.
 pub(crate) type Pending = (Vec<u8>, SocketAddr, Option<u8>);
 
+/// What a native read refuses and meters by (the session table, the handshake budgets when
+/// native), taken from the fast path once per read.
+type ReadRules = (Arc<Mutex<crate::python_session::Table>>, Option<crate::python_meter::SharedMeter>);
+
 /// What the fast path of a live session reads of the secure layer (its own dicts).
 pub(crate) struct FastPath {
     /// The secure layer's session table (its `_by_index` and `_current`, natively).
@@ -592,15 +596,37 @@ impl ExonCore {
         }
     }
 
-    /// One datagram read by a secure node: the secure layer opens it (no borrow held: it
-    /// may call back), then the engine runs its frames.
-    /// `receive_sealed` of bytes read natively: a Python object is made only for the
-    /// secure layer's slow path.
-    fn receive_sealed_bytes<'py>(&self, py: Python<'py>, sec: &Bound<'py, PyAny>, d: &mut [u8], sa: SocketAddr, io: &UdpIo, now: f64) -> PyResult<()> {
-        self.eng(py).note_datagram(d.len());
-        if self.open_fast(py, &mut Datagram::Owned(&mut *d), Source::Sock(sa, io), now)? {
+    /// One datagram read by a secure node (`receive_sealed` of bytes read natively; `verdict`:
+    /// the meter's, when the native loop metered this HELLO already). A live session's DATA
+    /// is opened here; else what the secure layer's first rules refuse is refused and a
+    /// token-less HELLO metered (shed: counted, no Python), as the native loop does, with the
+    /// session table exact here (what came before was handled in order); the rest goes to the
+    /// secure layer (no borrow held: it may call back), then the engine runs its frames. A
+    /// Python object is made only for that slow path.
+    #[allow(clippy::too_many_arguments)]
+    fn receive_sealed_bytes<'py>(&self, py: Python<'py>, sec: &Bound<'py, PyAny>, d: &mut [u8], sa: SocketAddr, io: &UdpIo, now: f64, verdict: Option<u8>, fast: &Option<ReadRules>) -> PyResult<()> {
+        let n = d.len();
+        if verdict.is_none() && self.open_fast(py, &mut Datagram::Owned(&mut *d), Source::Sock(sa, io), now)? {
+            self.eng(py).note_datagram(n);
             return self.sync_events(py);
         }
+        // (refuse_native and meter_hello count what they drop in datagrams_in themselves)
+        if let Some((tbl, meter)) = fast {
+            if self.refuse_native(d, tbl, false) {
+                return Ok(());
+            }
+            if let Some(v) = verdict.or_else(|| self.meter_hello(meter.as_ref(), d, &sa, now)) {
+                if v == crate::meter::SHED {
+                    return Ok(());
+                }
+                self.eng(py).note_datagram(n);
+                let addr = io.addr_object(py, sa)?;
+                self.to_python.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                sec.call_method1(pyo3::intern!(py, "open_hello"), (PyBytes::new(py, d), &addr, now, v))?;
+                return self.sync_events(py);
+            }
+        }
+        self.eng(py).note_datagram(n);
         let addr = io.addr_object(py, sa)?;
         self.to_python.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let opened = sec.call_method1(pyo3::intern!(py, "open"), (PyBytes::new(py, d), &addr, now))?;
@@ -1034,38 +1060,10 @@ impl ExonCore {
             }
             order.extend(rest);
         }
-        let (tbl, meter) = match locked(&self.fast).as_ref() {
-            Some(f) => (Some(f.table.clone()), f.meter.clone()),
-            None => (None, None),
-        };
+        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.meter.clone()));
         for i in order {
-            let sa = read.items[i].2;
-            // What the secure layer's first rules refuse, refused here as the native loop
-            // does, without Python. The session table is exact here (a handshake before
-            // this datagram was handled already, in order): nothing is `installing`.
-            if let Some(t) = &tbl {
-                if self.refuse_native(read.bytes(i), t, false) {
-                    continue;
-                }
-            }
-            // A token-less HELLO: metered here unless the native loop did (shed: counted,
-            // no Python), answered by the secure layer with its verdict.
-            let verdict = match verdicts.get(i) {
-                Some(&Some(v)) => Some(v),
-                _ => self.meter_hello(meter.as_ref(), read.bytes(i), &sa, now),
-            };
-            match verdict {
-                None => self.receive_sealed_bytes(py, sec, read.bytes_mut(i), sa, io, now)?,
-                Some(crate::meter::SHED) => {}
-                Some(v) => {
-                    let d = read.bytes(i);
-                    self.eng(py).note_datagram(d.len());
-                    let addr = io.addr_object(py, sa)?;
-                    self.to_python.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    sec.call_method1(pyo3::intern!(py, "open_hello"), (PyBytes::new(py, d), &addr, now, v))?;
-                    self.sync_events(py)?;
-                }
-            }
+            let (sa, verdict) = (read.items[i].2, verdicts.get(i).copied().flatten());
+            self.receive_sealed_bytes(py, sec, read.bytes_mut(i), sa, io, now, verdict, &fast)?;
         }
         self.sync(py)?;
         Ok((n, now))

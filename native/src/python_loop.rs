@@ -235,19 +235,25 @@ impl ExonCore {
             // to all of it.
             let mut held: Vec<(usize, Option<u8>)> = Vec::new();
             let mut ahead: i64 = 0;
-            // a handshake datagram left to Python that may install a session (this read's, or
-            // one still waiting from an earlier read)
-            let mut installing = locked(&self.pending_rx).iter().any(|p| may_install(&p.0));
+            // Whether a handshake datagram left to Python may install a session (one still
+            // waiting from an earlier read, or this read's): looked up at the first datagram
+            // not opened here, so a read of live DATA alone never takes `pending_rx`'s lock.
+            let mut installing: Option<bool> = None;
             for i in 0..n {
                 let sa = read.items[i].2;
                 if self.open_native(read.bytes_mut(i), sa, now, &tbl) {
                     ahead += i64::from(!held.is_empty());
-                } else if !self.refuse_native(read.bytes(i), &tbl, installing) {
+                    continue;
+                }
+                let behind = *installing.get_or_insert_with(|| locked(&self.pending_rx).iter().any(|p| may_install(&p.0)));
+                if !self.refuse_native(read.bytes(i), &tbl, behind) {
                     // A token-less HELLO is metered here, in the order read: shed (no Python
                     // at all), or left to Python with its verdict (`open_hello`).
                     let verdict = self.meter_hello(meter.as_ref(), read.bytes(i), &sa, now);
                     if verdict != Some(crate::meter::SHED) {
-                        installing |= may_install(read.bytes(i));
+                        if may_install(read.bytes(i)) {
+                            installing = Some(true);
+                        }
                         held.push((i, verdict));
                     }
                 }
@@ -337,7 +343,10 @@ impl ExonCore {
     /// native (None: not one, or no native meter); a shed one is counted here (`unauth_shed`,
     /// and the datagram in `datagrams_in`), as the secure layer counts it.
     pub(crate) fn meter_hello(&self, meter: Option<&crate::python_meter::SharedMeter>, d: &[u8], sa: &std::net::SocketAddr, now: f64) -> Option<u8> {
-        let verdict = crate::meter::hello_verdict(&mut crate::python_meter::meter_lock(meter?), d, sa, now)?;
+        if !crate::meter::is_plain_hello(d) {
+            return None;
+        }
+        let verdict = crate::python_meter::meter_lock(meter?).hello(|| crate::meter::SourceKey::of_socket(sa), now);
         if verdict == crate::meter::SHED {
             locked(&self.eng).note_datagram(d.len());
             self.refused[Refused::Shed as usize].fetch_add(1, Ordering::Relaxed);

@@ -29,6 +29,17 @@ fn key_of(addr: &Bound<'_, PyAny>) -> PyResult<SourceKey> {
     Ok(SourceKey::Other(addr.repr()?.to_cow()?.into_owned()))
 }
 
+/// `addr`'s key, made only when the meter asks for it (under load, as the twin looks a
+/// source up only then); an error making it lands in `bad`, for the caller to raise.
+fn lazy_key<'a>(addr: &'a Bound<'_, PyAny>, bad: &'a mut Option<PyErr>) -> impl FnOnce() -> SourceKey + 'a {
+    move || {
+        key_of(addr).unwrap_or_else(|e| {
+            *bad = Some(e);
+            SourceKey::Other(String::new())
+        })
+    }
+}
+
 /// The budgets of handshake datagrams (see `a3m.exon.secure.meter.HandshakeMeter`).
 #[pyclass(module = "a3m._native", name = "HandshakeMeter", frozen)]
 pub struct HandshakeMeter {
@@ -45,30 +56,15 @@ impl HandshakeMeter {
 
     #[pyo3(signature = (addr, now, cost = 1.0))]
     fn source_ok(&self, addr: &Bound<'_, PyAny>, now: f64, cost: f64) -> PyResult<bool> {
-        let mut m = meter_lock(&self.shared);
-        let mut bad: Option<PyErr> = None;
-        let ok = m.source_ok(
-            || key_of(addr).unwrap_or_else(|e| {
-                bad = Some(e);
-                SourceKey::Other(String::new())
-            }),
-            now,
-            cost,
-        );
+        let mut bad = None;
+        let ok = meter_lock(&self.shared).source_ok(lazy_key(addr, &mut bad), now, cost);
         bad.map_or(Ok(ok), Err)
     }
 
     fn hello(&self, addr: &Bound<'_, PyAny>, now: f64) -> PyResult<u8> {
-        let mut m = meter_lock(&self.shared);
-        let mut bad: Option<PyErr> = None;
-        let v = m.hello(
-            || key_of(addr).unwrap_or_else(|e| {
-                bad = Some(e);
-                SourceKey::Other(String::new())
-            }),
-            now,
-        );
-        bad.map_or(Ok(v), Err)
+        let mut bad = None;
+        let verdict = meter_lock(&self.shared).hello(lazy_key(addr, &mut bad), now);
+        bad.map_or(Ok(verdict), Err)
     }
 
     fn source_count(&self) -> usize {
