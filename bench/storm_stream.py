@@ -4,8 +4,8 @@ the ``a3m bench storm`` processes. Prints the stream's rate and the receiver's C
 (both move with the host), the datagrams the native loops handed to Python per second
 (``loop_left``: the flood's handshakes, and before the native loop opened live DATA ahead of
 them, the stream read after them too), the datagrams handed to the Python secure layer by
-any read (``secure_python``), the HELLOs the native reads shed (``hellos_shed``) and the
-driver's turns per second::
+any read (``secure_python``), the HELLOs the native reads shed (``hellos_shed``), the
+INITIATEs they refused (``initiates_refused``) and the driver's turns per second::
 
     .venv/bin/python bench/storm_stream.py RATE [MESSAGES] [MIX]   # e.g. 20000 2000000 mixed
 
@@ -35,6 +35,7 @@ def main() -> None:
         left = getattr(node._proto, "loop_left", lambda: 0)
         shed = getattr(node._proto, "hellos_shed", lambda: 0)
         handed = getattr(node._proto, "secure_python", lambda: 0)
+        forged = getattr(node._proto, "initiates_refused", lambda: 0)
         stop, ready, results = ctx.Event(), ctx.Queue(), ctx.Queue()
         procs = []
         if rate:
@@ -51,12 +52,12 @@ def main() -> None:
         pull.recv(timeout=60)
         work = Work()
         work.start()
-        t0, k0, l0, h0, p0 = time.monotonic(), drv.turns, left(), shed(), handed()
+        t0, k0, l0, h0, p0, f0 = time.monotonic(), drv.turns, left(), shed(), handed(), forged()
         d0 = node.stats["exon"]["datagrams_in"]
         for _ in range(n - 1):
             pull.recv(timeout=60)
         cpu_us = work.report(n - 1)["cpu_us"]
-        t1, k1, l1, h1, p1 = time.monotonic(), drv.turns, left(), shed(), handed()
+        t1, k1, l1, h1, p1, f1 = time.monotonic(), drv.turns, left(), shed(), handed(), forged()
         d1 = node.stats["exon"]["datagrams_in"]
         stop.set()
         for p in procs:
@@ -66,7 +67,8 @@ def main() -> None:
           f"{cpu_us:.3f} us CPU a message; datagrams in {(d1 - d0) / dt:,.0f}/s, "
           f"left to Python by the loop {(l1 - l0) / dt:,.0f}/s, handed to the Python secure "
           f"layer {(p1 - p0) / dt:,.0f}/s, HELLOs shed natively "
-          f"{(h1 - h0) / dt:,.0f}/s, turns {(k1 - k0) / dt:,.0f}/s")
+          f"{(h1 - h0) / dt:,.0f}/s, INITIATEs refused natively {(f1 - f0) / dt:,.0f}/s, "
+          f"turns {(k1 - k0) / dt:,.0f}/s")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,15 @@
 //!   message-size bounds; error kinds as above; the frames lie back to back from the offset
 //!   (TOKEN and ACK, which the crate encodes, re-encode to exactly their bytes; the others
 //!   are their fixed size and start with their type); without an error they end the buffer.
-//! - `aead_open`: never panics, whatever the length; what opens seals back to the same bytes.
+//! - `aead_open`: never panics, whatever the length; what opens seals back to the same bytes;
+//!   the same bytes as an INITIATE (`cookie_keys`): never panics, never a cookie that opens.
 //! - `split_batch`: never panics; a body that splits is made again, byte for byte, from its
 //!   payloads; a refusal is one of the three of `batch`.
 
 #![allow(dead_code)]
 
 use a3m_native::aead::{self, Cipher};
+use a3m_native::cookie_keys::{self, Check, CookieKeys};
 use a3m_native::batch;
 use a3m_native::wire::{self, Frame, WireError};
 
@@ -129,6 +131,7 @@ pub fn datagram(data: &[u8]) {
 
 /// The checks of `Cipher::open` (key `KEY`) on `data`; the plaintext when it opens.
 pub fn open(data: &[u8]) -> Option<Vec<u8>> {
+    initiate(data);
     let c = Cipher::new(&KEY).expect("a 32-byte key");
     // A wrong-sized output never opens and never panics.
     assert!(!c.open(data, &mut vec![0u8; data.len() + 1]));
@@ -145,6 +148,23 @@ pub fn open(data: &[u8]) -> Option<Vec<u8>> {
     c.seal(&mut again, data[0], data[1], aead::index_of(data), aead::counter_of(data), &plain);
     assert_eq!(again, data, "an opened datagram that does not seal back");
     Some(plain)
+}
+
+/// The native reads' check of an INITIATE (`cookie_keys`) on `data`, under secrets of the
+/// epochs its cookie may name: never panics, whatever the length; a datagram shorter than an
+/// INITIATE is truncated; no input forges a cookie (nothing opens that the key did not seal).
+pub fn initiate(data: &[u8]) {
+    let mut keys = CookieKeys::default();
+    keys.set(&[(0, KEY.to_vec()), (1, vec![0x43; 32]), (2, vec![0x44; 31])]);
+    let from: std::net::SocketAddr = "192.0.2.1:9".parse().expect("an address");
+    match keys.check_initiate(data, &from, 1.0) {
+        None => assert!(data.len() < cookie_keys::INITIATE_MIN),
+        Some(c) => {
+            assert!(data.len() >= cookie_keys::INITIATE_MIN);
+            assert_eq!(c, Check::Invalid, "a forged cookie that checks out");
+        }
+    }
+    assert_eq!(keys.check(data, b"", 1.0), Check::Invalid, "a forged cookie that opens");
 }
 
 /// The checks of `batch::split` on `data` (a BATCH body); the payloads' count when it splits.

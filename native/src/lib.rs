@@ -12,6 +12,7 @@
 pub mod aead;
 pub mod batch;
 pub mod exon;
+pub mod cookie_keys;
 pub mod meter;
 pub mod order_lock;
 pub mod poll_choice;
@@ -37,6 +38,8 @@ pub mod python_sendbuf;
 pub mod python_session;
 #[cfg(feature = "python")]
 pub mod python_meter;
+#[cfg(feature = "python")]
+pub mod python_cookie_keys;
 #[cfg(feature = "python")]
 pub mod python_poll;
 #[cfg(feature = "python")]

@@ -540,6 +540,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::python_sendbuf::register(m)?;
     crate::python_poll::register(m)?;
     crate::python_meter::register(m)?;
+    crate::python_cookie_keys::register(m)?;
     crate::python_alloc::register(m)?;
     Ok(())
 }

@@ -217,9 +217,9 @@ impl Classes {
 /// meter's verdict when it is a token-less HELLO the loop metered.
 pub(crate) type Pending = (Vec<u8>, SocketAddr, Option<u8>);
 
-/// What a native read refuses and meters by (the session table, the handshake budgets when
-/// native), taken from the fast path once per read.
-type ReadRules = (Arc<Mutex<crate::python_session::Table>>, Option<crate::python_meter::SharedMeter>);
+/// What a native read refuses and meters by (the session table, the handshake budgets and the
+/// cookie jar's secrets when native), taken from the fast path once per read.
+type ReadRules = (Arc<Mutex<crate::python_session::Table>>, Option<crate::python_meter::SharedMeter>, Option<crate::python_cookie_keys::SharedKeys>);
 
 /// What the fast path of a live session reads of the secure layer (its own dicts).
 pub(crate) struct FastPath {
@@ -229,6 +229,9 @@ pub(crate) struct FastPath {
     /// The secure layer's handshake budgets (its `meter()`), when native: the native reads
     /// shed a flood's token-less HELLOs from them before any Python runs.
     pub(crate) meter: Option<crate::python_meter::SharedMeter>,
+    /// The cookie jar's secrets (its `cookie_keys()`), when native: the native reads refuse
+    /// a forged INITIATE from them before any Python runs.
+    pub(crate) cookies: Option<crate::python_cookie_keys::SharedKeys>,
 }
 
 /// Where sealed datagrams go: the twin's list of `(bytes, address)`, or a batch for the
@@ -319,12 +322,15 @@ pub struct ExonCore {
     pub(crate) forged: std::sync::atomic::AtomicI64,
     /// Datagrams the native loop refused as the secure layer would (`python_loop::Refused`;
     /// added to its counters when they are read).
-    pub(crate) refused: [std::sync::atomic::AtomicI64; 5],
+    pub(crate) refused: [std::sync::atomic::AtomicI64; 6],
     /// Datagrams a native loop read and left to Python (`pending_rx`), ever (diagnostics).
     pub(crate) left: std::sync::atomic::AtomicU64,
     /// Token-less HELLOs the native reads shed from the meter, ever (diagnostics: none of
     /// them reached Python).
     pub(crate) shed: std::sync::atomic::AtomicU64,
+    /// INITIATEs the native reads refused (truncated, or a cookie that does not open), ever
+    /// (diagnostics: none of them reached Python).
+    pub(crate) forged_initiates: std::sync::atomic::AtomicU64,
     /// Datagrams handed to the Python secure layer (`open`, `open_hello`), ever (diagnostics).
     pub(crate) to_python: std::sync::atomic::AtomicU64,
     /// A leader's poll-or-sleep choice (`lead_io`; its budget is `set_busy_poll`'s).
@@ -611,8 +617,8 @@ impl ExonCore {
             return self.sync_events(py);
         }
         // (refuse_native and meter_hello count what they drop in datagrams_in themselves)
-        if let Some((tbl, meter)) = fast {
-            if self.refuse_native(d, tbl, false) {
+        if let Some((tbl, meter, cookies)) = fast {
+            if self.refuse_native(d, tbl, false) || self.refuse_initiate(cookies.as_ref(), d, &sa, now) {
                 return Ok(());
             }
             if let Some(v) = verdict.or_else(|| self.meter_hello(meter.as_ref(), d, &sa, now)) {
@@ -707,6 +713,7 @@ impl ExonCore {
             refused: Default::default(),
             left: std::sync::atomic::AtomicU64::new(0),
             shed: std::sync::atomic::AtomicU64::new(0),
+            forged_initiates: std::sync::atomic::AtomicU64::new(0),
             to_python: std::sync::atomic::AtomicU64::new(0),
             poll: Mutex::new(crate::poll_choice::PollChoice::new(0.0)),
             io_errors: std::sync::atomic::AtomicU64::new(0),
@@ -771,7 +778,11 @@ impl ExonCore {
             .call_method0(pyo3::intern!(py, "meter"))
             .ok()
             .and_then(|m| m.cast::<crate::python_meter::HandshakeMeter>().ok().map(|m| m.get().shared.clone()));
-        *locked(&self.fast) = Some(FastPath { table, unanswered_rehandshake: unanswered, meter });
+        let cookies = s
+            .call_method0(pyo3::intern!(py, "cookie_keys"))
+            .ok()
+            .and_then(|k| k.cast::<crate::python_cookie_keys::CookieKeys>().ok().map(|k| k.get().shared.clone()));
+        *locked(&self.fast) = Some(FastPath { table, unanswered_rehandshake: unanswered, meter, cookies });
         *locked(&self.sec) = Some(sec);
         Ok(())
     }
@@ -986,6 +997,12 @@ impl ExonCore {
         self.shed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// INITIATEs the native reads refused (truncated, or a cookie that does not open under
+    /// the jar's secrets: `cookie_keys.rs`), ever (diagnostics).
+    fn initiates_refused(&self) -> u64 {
+        self.forged_initiates.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Datagrams handed to the Python secure layer (its `open` or `open_hello`) since the
     /// engine was made, by any path: what the native reads neither opened nor refused.
     fn secure_python(&self) -> u64 {
@@ -1060,7 +1077,7 @@ impl ExonCore {
             }
             order.extend(rest);
         }
-        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.meter.clone()));
+        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.meter.clone(), f.cookies.clone()));
         for i in order {
             let (sa, verdict) = (read.items[i].2, verdicts.get(i).copied().flatten());
             self.receive_sealed_bytes(py, sec, read.bytes_mut(i), sa, io, now, verdict, &fast)?;

@@ -31,10 +31,12 @@ pub(crate) enum Refused {
     InClear = 3,
     /// A token-less HELLO the handshake budgets shed (`meter.rs`).
     Shed = 4,
+    /// An INITIATE whose cookie does not open (`cookie_keys.rs`).
+    CookieInvalid = 5,
 }
 
 /// The `ExonStats` fields of `Refused`, in order.
-pub(crate) const REFUSED_NAMES: [&str; 5] = ["malformed", "truncated", "unknown_session", "plain_refused", "unauth_shed"];
+pub(crate) const REFUSED_NAMES: [&str; 6] = ["malformed", "truncated", "unknown_session", "plain_refused", "unauth_shed", "cookie_invalid"];
 
 /// Whether the secure layer may install a session when it handles `d`: an INITIATE (the
 /// responder's side) or a WELCOME (the initiator's); a HELLO, a RETRY or a datagram sealed
@@ -164,8 +166,8 @@ impl ExonCore {
     pub(crate) fn io_loop(&self, io: &UdpIo, fd: i32, wake: i32, until: f64, spin_s: f64, lead: bool) -> LoopEnd {
         let start = monotonic();
         let mut end = LoopEnd { why: TIMEOUT, reads: 0, now: start, input_after: -1.0, preempted: false };
-        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.unanswered_rehandshake, f.meter.clone()));
-        let Some((tbl, limit, meter)) = fast else {
+        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.unanswered_rehandshake, f.meter.clone(), f.cookies.clone()));
+        let Some((tbl, limit, meter, cookies)) = fast else {
             // No native sessions (the secure layer's Python twins, or a node in clear): only
             // the wait is done here, until the engine's next timer at the latest.
             let deadline = match locked(&self.eng).exon_timer() {
@@ -246,7 +248,7 @@ impl ExonCore {
                     continue;
                 }
                 let behind = *installing.get_or_insert_with(|| locked(&self.pending_rx).iter().any(|p| may_install(&p.0)));
-                if !self.refuse_native(read.bytes(i), &tbl, behind) {
+                if !self.refuse_native(read.bytes(i), &tbl, behind) && !self.refuse_initiate(cookies.as_ref(), read.bytes(i), &sa, now) {
                     // A token-less HELLO is metered here, in the order read: shed (no Python
                     // at all), or left to Python with its verdict (`open_hello`).
                     let verdict = self.meter_hello(meter.as_ref(), read.bytes(i), &sa, now);
@@ -336,6 +338,28 @@ impl ExonCore {
         };
         locked(&self.eng).note_datagram(n);
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether `d` is an INITIATE the responder refuses before anything else (`_on_initiate`'s
+    /// first lines): truncated, or a cookie that does not open under the jar's secrets
+    /// (`cookie_keys.rs`, when native); counted here as it counts them (`truncated`,
+    /// `cookie_invalid`, and the datagram in `datagrams_in`). Such a refusal changes no
+    /// state, so it may come ahead of the datagrams left to Python. Its version was looked at
+    /// (`refuse_native`).
+    pub(crate) fn refuse_initiate(&self, keys: Option<&crate::python_cookie_keys::SharedKeys>, d: &[u8], sa: &SocketAddr, now: f64) -> bool {
+        let Some(keys) = keys else { return false };
+        if d.len() < 2 || d[1] != crate::aead::INITIATE {
+            return false;
+        }
+        let why = match crate::python_cookie_keys::keys_lock(keys).check_initiate(d, sa, now) {
+            None => Refused::Truncated,
+            Some(crate::cookie_keys::Check::Invalid) => Refused::CookieInvalid,
+            Some(_) => return false,
+        };
+        locked(&self.eng).note_datagram(d.len());
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+        self.forged_initiates.fetch_add(1, Ordering::Relaxed);
         true
     }
 

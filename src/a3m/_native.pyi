@@ -148,6 +148,20 @@ class HandshakeMeter:
     def state(self) -> tuple[float, float, float, float, float, float, int]: ...
     def budget_of(self, addr: Hashable) -> tuple[float, float] | None: ...
 
+class CookieKeys:
+    """A cookie jar's secrets (newest first, each with its epoch), handed over at each
+    rotation, for the native reads' check of INITIATEs; twin of
+    :meth:`a3m.exon.secure.cookies.CookieJar.open`."""
+
+    def __init__(self) -> None: ...
+    def set(self, secrets: list[tuple[int, bytes]]) -> None: ...
+    def __len__(self) -> int: ...
+    def opens(self, cookie: bytes, bound: bytes, now: float) -> bool:
+        """``CookieJar.open(cookie, bound, now) is not None``."""
+    def check_initiate(self, d: bytes, addr: tuple[Any, ...], now: float) -> str | None:
+        """What the native reads decide of INITIATE ``d`` from ``addr``: "valid", "invalid"
+        (refused: ``cookie_invalid``), "early" (left to the responder), None (truncated)."""
+
 class ReplayWindow:
     """The replay window of a session's receiving direction; twin of
     :class:`a3m.exon.secure.replay.ReplayWindow`."""
@@ -229,6 +243,9 @@ class ExonCore:
     def hellos_shed(self) -> int:
         """Token-less HELLOs the native reads shed from the handshake budgets, ever (counted
         in ``unauth_shed`` too; none reached Python)."""
+    def initiates_refused(self) -> int:
+        """INITIATEs the native reads refused (truncated, or a cookie that does not open),
+        ever (counted in ``truncated`` or ``cookie_invalid`` too; none reached Python)."""
     def take_io_errors(self) -> int:
         """Datagrams ``run_io`` failed to send since the last call."""
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]: ...

@@ -6,9 +6,12 @@ from __future__ import annotations
 import hmac
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+from a3m._dataplane import native
 
 #: A cookie or an address token is honoured this long after it was made (the longest round
 #: trip a handshake can complete over).
@@ -30,10 +33,18 @@ class CookieJar:
     A forged cookie or token costs one attempt, not one per secret kept: a cookie's first
     nonce byte names the secret that sealed it (its epoch, modulo 256; the other 11 bytes
     are random), and a token's time says which secret was current when it was made.
+
+    The secrets change only when a cookie or a token is made (:meth:`seal`, :meth:`token`):
+    :meth:`open` reads them as they are, so a check changes nothing. A rotation's new secret
+    has sealed nothing yet, and the secret it retires sealed only cookies past their life,
+    so opening before a due rotation gives what opening after it would. ``twin``, when
+    given (``a3m._native.CookieKeys``), is told every rotation: the native reads refuse a
+    forged INITIATE from it before any Python runs.
     """
 
-    def __init__(self, entropy: Callable[[int], bytes]) -> None:
+    def __init__(self, entropy: Callable[[int], bytes], twin: Any = None) -> None:
         self._entropy = entropy
+        self.twin = twin
         self._secrets: list[bytes] = []  # newest first, with the three lists below
         self._aeads: list[ChaCha20Poly1305] = []
         self._since: list[float] = []  # when each became current
@@ -50,6 +61,8 @@ class CookieJar:
             self._since = [now] + self._since[:2]
             self._epochs = [self._epoch] + self._epochs[:2]
             self._rotated_at = now
+            if self.twin is not None:
+                self.twin.set(list(zip(self._epochs, self._secrets, strict=True)))
         return self._secrets
 
     @staticmethod
@@ -79,8 +92,7 @@ class CookieJar:
 
     def open(self, cookie: bytes, bound: bytes, now: float) -> tuple[bytes, int, float] | None:
         """``(e_private, index, time made)``, or None: forged, bound to another address or
-        handshake, or too old."""
-        self._current(now)
+        handshake, or too old. Changes nothing (the secrets as they are: see the class)."""
         if len(cookie) < 12 + _COOKIE_PT.size + 16:
             return None
         epoch = cookie[0]
@@ -93,3 +105,9 @@ class CookieJar:
                 e_priv, index, made = _COOKIE_PT.unpack(opened)
                 return (e_priv, index, made) if 0 <= now - made <= COOKIE_LIFETIME_S else None
         return None
+
+
+def new_cookie_keys() -> Any:
+    """The native twin of a jar's secrets (``a3m._native.CookieKeys``) where ``a3m.NATIVE``,
+    else None."""
+    return None if native is None else native.CookieKeys()

@@ -165,17 +165,26 @@ class ResponderPart(InitiatorPart):
             return
         _, _, index_i = p.INITIATE_HDR.unpack_from(data)
         e_i = bytes(data[head:head + KEY_BYTES])
+        bound = _addr_bytes(addr) + e_i + hs.INDEX.pack(index_i)
+        # The cookie first: one AEAD open, and a forged INITIATE (or one bound to another
+        # address, or too old) changes nothing, not even a source's budget (the native reads
+        # refuse it so, before any Python: ``CookieKeys``).
+        cookie = bytes(data[head + KEY_BYTES:head + KEY_BYTES + hs.COOKIE_BYTES])
+        opened = self._jar.open(cookie, bound, now)
+        if opened is None:
+            st.cookie_invalid += 1  # forged, from another address, or too old
+            return
         done = self._completed.get(e_i)
-        if done is not None and done[1].addr == addr:
-            # A repeat from where the session was made: our first answer under it was lost
-            # or is late (a busy node). Answer under it again, with no budget and no
-            # cryptography but the seal: a loaded responder's queue holds many of these.
+        if done is not None:
+            # A repeat: our first answer under the session it made was lost or is late (a
+            # busy node), or it comes from another address (its cookie valid there). Answer
+            # under that session again, with no budget and no key exchange: a loaded
+            # responder's queue holds many of these.
             st.handshake_repeats += 1
             s0 = done[1]
             if s0.alive:
                 self._control.append((self._seal(s0, p.DATA, b"", now), s0.addr))
             return
-        bound = _addr_bytes(addr) + e_i + hs.INDEX.pack(index_i)
         until = self._proven.get(addr)
         if ((until is None or now >= until) and bound not in self._welcomes
                 and not self._source_ok(addr, now)):
@@ -183,18 +192,7 @@ class ResponderPart(InitiatorPart):
             # its source's budget: under load, resends of those from a fleet behind one
             # address would spend it, and the fleet's HELLOs would get no RETRY.)
             return
-        cookie = bytes(data[head + KEY_BYTES:head + KEY_BYTES + hs.COOKIE_BYTES])
-        opened = self._jar.open(cookie, bound, now)
-        if opened is None:
-            st.cookie_invalid += 1  # forged, from another address, or too old
-            return
         e_priv, r_index, made = opened
-        if done is not None:  # a repeat from another address, its cookie valid there
-            st.handshake_repeats += 1
-            s0 = done[1]
-            if s0.alive:
-                self._control.append((self._seal(s0, p.DATA, b"", now), s0.addr))
-            return
         if r_index in self._by_index or len(self._by_index) >= MAX_SESSIONS:
             st.sessions_full += 1
             return

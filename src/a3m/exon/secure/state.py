@@ -22,7 +22,7 @@ from a3m.exon.events import Event, PeerRestarted
 from a3m.exon.pacer import FirstProbePacer
 from a3m.exon.recovery import UNSAMPLED_STEADY_PTOS
 from a3m.exon.secure import packets as p
-from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar
+from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar, new_cookie_keys
 from a3m.exon.secure.keys import NodeKey
 from a3m.exon.secure.meter import HANDSHAKE_BURST_S, new_meter
 from a3m.exon.secure.noise import SymmetricState
@@ -183,7 +183,7 @@ class SecureState:
         self._control: list[tuple[bytes, Address]] = []
         self._timers: list[tuple[float, int, Session | Initiation]] = []
         self._seq = 0
-        self._jar = CookieJar(entropy)
+        self._jar = CookieJar(entropy, new_cookie_keys())
 
     # ------------------------------------------------------------------ queries
 
@@ -204,6 +204,11 @@ class SecureState:
     def source_count(self) -> int:
         """Sources whose handshake budget is being tracked (bounded by ``MAX_SOURCES``)."""
         return int(self._meter.source_count())
+
+    def cookie_keys(self) -> Any:
+        """The native twin of the cookie jar's secrets (``a3m._native.CookieKeys``; None
+        without ``a3m.NATIVE``): the native reads refuse forged INITIATEs from it."""
+        return self._jar.twin
 
     def meter(self) -> Any:
         """The budgets of handshake datagrams (``meter.HandshakeMeter`` or its native twin,

@@ -1,0 +1,75 @@
+//! `a3m._native.CookieKeys`: the binding of `cookie_keys::CookieKeys`. The cookie jar
+//! (`a3m/exon/secure/cookies.py`) hands it its secrets at each rotation; the engine takes its
+//! state (`shared`) when the secure layer is attached, and the native reads refuse a forged
+//! INITIATE from it before any Python runs.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::cookie_keys::{Check, CookieKeys as Keys};
+
+/// The secrets, shared by the binding and the engine's native reads.
+pub type SharedKeys = Arc<Mutex<Keys>>;
+
+pub fn keys_lock(k: &SharedKeys) -> MutexGuard<'_, Keys> {
+    k.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn name(c: Check) -> &'static str {
+    match c {
+        Check::Valid => "valid",
+        Check::Invalid => "invalid",
+        Check::Early => "early",
+    }
+}
+
+/// A cookie jar's secrets, for the native check of INITIATEs (see `cookie_keys.rs`).
+#[pyclass(module = "a3m._native", name = "CookieKeys", frozen)]
+pub struct CookieKeys {
+    pub shared: SharedKeys,
+}
+
+#[pymethods]
+impl CookieKeys {
+    #[new]
+    fn new() -> Self {
+        CookieKeys { shared: Arc::new(Mutex::new(Keys::default())) }
+    }
+
+    /// The jar's secrets now, newest first: `(epoch, secret)` pairs.
+    fn set(&self, secrets: Vec<(u8, Vec<u8>)>) {
+        keys_lock(&self.shared).set(&secrets);
+    }
+
+    fn __len__(&self) -> usize {
+        keys_lock(&self.shared).len()
+    }
+
+    /// `CookieJar.open(cookie, bound, now) is not None`.
+    fn opens(&self, cookie: &[u8], bound: &[u8], now: f64) -> bool {
+        keys_lock(&self.shared).check(cookie, bound, now) == Check::Valid
+    }
+
+    /// What the native reads decide of INITIATE datagram `d` from `addr` (a numeric
+    /// address tuple): "valid", "invalid" (refused, `cookie_invalid`), "early" (left to the
+    /// responder), or None (truncated: left to it too).
+    fn check_initiate(&self, d: &Bound<'_, PyBytes>, addr: &Bound<'_, PyTuple>, now: f64) -> PyResult<Option<&'static str>> {
+        let host: String = addr.get_item(0)?.extract()?;
+        let port: u16 = addr.get_item(1)?.extract()?;
+        let (flow, scope): (u32, u32) = if addr.len() >= 4 {
+            (addr.get_item(2)?.extract()?, addr.get_item(3)?.extract()?)
+        } else {
+            (0, 0)
+        };
+        let Some(sa) = crate::udp::parse_addr(&host, port, flow, scope) else {
+            return Err(pyo3::exceptions::PyValueError::new_err("a numeric address"));
+        };
+        Ok(keys_lock(&self.shared).check_initiate(d.as_bytes(), &sa, now).map(name))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<CookieKeys>()
+}

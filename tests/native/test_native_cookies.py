@@ -1,0 +1,137 @@
+"""The native check of an INITIATE's cookie (``a3m._native.CookieKeys``, what the native reads
+refuse a forged INITIATE with) against its twin (``CookieJar.open``): the same secrets, cookies
+and times give the same answers, across rotations; and a running node refuses a flood of
+forged INITIATEs before any Python runs, counting each one."""
+
+from __future__ import annotations
+
+import socket
+import time
+from random import Random
+from typing import Any
+
+import pytest
+
+import a3m
+from a3m._dataplane import native
+from a3m.exon.secure import handshake as hs
+from a3m.exon.secure import packets as p
+from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar, new_cookie_keys
+from a3m.exon.secure.responder import _addr_bytes
+
+pytestmark = pytest.mark.skipif(native is None, reason="the native data plane is not built")
+
+# Address tuples as the native reads hand them to the secure layer (``UdpIo.addr_object``).
+_ADDRS: list[Any] = [("127.0.0.1", 5000), ("192.0.2.7", 1), ("::1", 7, 0, 0),
+                     ("2001:db8::1", 65535, 0, 3), ("::ffff:192.0.2.1", 9, 0, 0)]
+
+
+def _initiate(index: int, e: bytes, cookie: bytes, tail: int = 80) -> bytes:
+    return p.INITIATE_HDR.pack(p.VERSION, p.INITIATE, index) + e + cookie + bytes(tail)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_native_check_opens_what_the_jar_opens(seed: int) -> None:
+    """Cookies sealed over several rotations, then opened (as made, tampered, bound to
+    another address or handshake, with another epoch, early, late): the twin's answer is the
+    jar's every time, and so is an INITIATE's check from its address."""
+    rng = Random(seed)
+    twin = native.CookieKeys()
+    jar = CookieJar(rng.randbytes, twin)
+    now = rng.uniform(0, 1e5)
+    made: list[tuple[bytes, bytes, Any, bytes, int, float]] = []
+    for step in range(400):
+        now += rng.choice([0.0, 0.01, 1.0, 7.0, 30.0, 61.0])
+        if rng.random() < 0.3 or not made:
+            addr = rng.choice(_ADDRS)
+            e, index = rng.randbytes(32), rng.getrandbits(32)
+            bound = _addr_bytes(addr) + e + hs.INDEX.pack(index)
+            made.append((jar.seal(rng.randbytes(32), rng.getrandbits(32), bound, now), bound,
+                         addr, e, index, now))
+            assert len(twin) == len(jar._secrets)
+            continue
+        cookie, bound, addr, e, index, at = rng.choice(made)
+        kind = rng.randrange(6)
+        if kind == 1:  # tampered
+            i = rng.randrange(len(cookie))
+            cookie = cookie[:i] + bytes([cookie[i] ^ (1 << rng.randrange(8))]) + cookie[i + 1:]
+        elif kind == 2:  # another address
+            addr = rng.choice([a for a in _ADDRS if a != addr])
+            bound = _addr_bytes(addr) + e + hs.INDEX.pack(index)
+        elif kind == 3:  # another epoch's secret
+            cookie = bytes([(cookie[0] + rng.choice([1, 2, 255])) & 0xFF]) + cookie[1:]
+        when = rng.choice([now, at, at + COOKIE_LIFETIME_S, at + COOKIE_LIFETIME_S + 0.5,
+                           at - 1.0])
+        want = jar.open(cookie, bound, when) is not None
+        assert twin.opens(cookie, bound, when) == want, (seed, step)
+        check = twin.check_initiate(_initiate(index, e, cookie), addr, when)
+        assert (check == "valid") == want, (seed, step)
+        assert check != "early" or when < at, (seed, step)  # (left to the responder)
+
+
+def test_a_truncated_initiate_is_left_to_the_responder_s_count() -> None:
+    twin = native.CookieKeys()
+    assert twin.check_initiate(_initiate(1, bytes(32), bytes(71), 0), ("127.0.0.1", 1),
+                               0.0) is None
+    assert twin.check_initiate(_initiate(1, bytes(32), bytes(72), 0), ("127.0.0.1", 1),
+                               0.0) == "invalid"  # (no secret yet: nothing opens)
+
+
+def test_the_node_s_jar_tells_its_twin() -> None:
+    assert isinstance(new_cookie_keys(), native.CookieKeys)
+    with a3m.Node("cookie-twin") as node:
+        sec = node._driver.proto.secure
+        assert sec.cookie_keys() is sec._jar.twin is not None
+
+
+def test_a_forged_initiate_flood_is_refused_natively_and_counted() -> None:
+    """8 000 INITIATEs with forged cookies (each names one of the node's epochs or another)
+    from 8 addresses, with truncated ones among them: the native reads refuse every one
+    (``initiates_refused``), none reaches Python, each is counted once (``cookie_invalid``
+    or ``truncated``), and no source's budget is spent (a peer links meanwhile)."""
+    rng = Random(3)
+    n = 8_000
+    with a3m.Node("cookie-rx") as node:
+        proto = node._driver.proto
+        if not hasattr(proto, "initiates_refused"):
+            pytest.skip("the Python engine runs (A3M_ENGINE=python)")
+        before = proto.secure_python()
+        socks = []
+        for i in range(8):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((f"127.0.0.{40 + i}", 0))
+            socks.append(s)
+        try:
+            for k in range(n):
+                cookie = bytes([rng.randrange(4)]) + rng.randbytes(71)
+                short = k % 10 == 9
+                d = _initiate(k, rng.randbytes(32), cookie[:40] if short else cookie,
+                              0 if short else 80)
+                socks[k % 8].sendto(d, node.address)
+                if k % 200 == 199:
+                    time.sleep(0.001)  # (the node's socket buffer is not a test subject)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                st = node.stats["exon"]
+                drops = node.stats["rx_drops"] or 0
+                if st["cookie_invalid"] + st["truncated"] + drops >= n:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.1)  # (nothing more comes: an INITIATE counted twice would show)
+            st = node.stats["exon"]
+            drops = node.stats["rx_drops"] or 0
+            refused = proto.initiates_refused()
+            handed = proto.secure_python() - before
+            with a3m.Node("cookie-peer") as peer:
+                pull = node.socket(a3m.PULL, "in")
+                push = peer.socket(a3m.PUSH, "out")
+                peer.associate("cookie-rx", node.address)
+                push.link("cookie-rx/in")
+                push.send(b"through", timeout=30)
+                assert pull.recv(timeout=30) == b"through"
+        finally:
+            for s in socks:
+                s.close()
+    assert st["cookie_invalid"] + st["truncated"] == refused == n - drops
+    assert st["truncated"] > 0 and st["unauth_shed"] == 0
+    assert handed == 0
