@@ -536,7 +536,6 @@ class LoopDriver:
             self._sleeping = False
             try:
                 buf = self._buf
-                recv = self._sock.recvfrom
                 io = self._io
                 native_recv = self._native_recv
                 fused = self._fused
@@ -548,17 +547,18 @@ class LoopDriver:
                     native_recv = None
                 if (got or batch) and self._wait_t0:  # the input a measured wait waited for
                     self._record_wait()
-                coalesced = io.reader(buf) if io.gro and native_recv is None \
-                    and fused is None else None
-                take = batch.append
+                # the Python twin's reads (none where a native read ran: nothing below is made)
+                python_reads = native_recv is None and fused is None
+                recv = self._sock.recvfrom if python_reads else None
+                coalesced = io.reader(buf) if python_reads and io.gro else None
                 look = self._readable
-                for i in range(0 if native_recv is None and fused is None else DRAIN_BURST,
-                               DRAIN_BURST):
+                for i in range(0 if python_reads else DRAIN_BURST, DRAIN_BURST):
                     if (i == 1 or (i == 0 and not readable)) and not look(0):
                         break
                     try:
                         if coalesced is None:
-                            take(recv(RECV_BYTES))  # (see the threaded driver's turn)
+                            if recv is not None:  # (see the threaded driver's turn)
+                                batch.append(recv(RECV_BYTES))
                         else:
                             batch.extend(coalesced())
                     except (BlockingIOError, InterruptedError):

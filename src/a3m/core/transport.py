@@ -57,15 +57,15 @@ class ExonBridge:
         """Handle ``events``, taking each one off the deque before handling it: when a handler
         raises, the events not yet taken stay queued for the caller to go on with."""
         core, proto = self.core, self.proto
-        receive = core.receive
-        take = events.popleft
         nbytes = 0
+        # (the calls written out: compiled, a bound method in a local is an object made per
+        # call and a generic call through it, where ``core.receive`` is a direct one)
         try:
             while events:
-                ev = take()
+                ev = events.popleft()
                 if type(ev) is Delivered:
                     nbytes += len(ev.payload)
-                    receive(ev.source, ev.payload, now)
+                    core.receive(ev.source, ev.payload, now)
                 elif type(ev) is OutcomeUnknown or type(ev) is NotDelivered:
                     # Its node crashed, or was given up: its link cannot go on.
                     core.message_lost(ev.destination, ev.payload, now,
@@ -154,11 +154,10 @@ class ExonBridge:
         proto = self.proto
         if not outbox or not (proto.can_send(outbox[0][0]) or proto.closing):
             return  # a full window: an ACK's turn pumps again (no WouldBlock raised per send)
-        send = proto.send
         while outbox:
             dst, data = outbox[0]
             try:
-                send(dst, data, now)
+                proto.send(dst, data, now)  # (no bound method made per pump: see on_events)
             except WouldBlock:
                 break
             except Closed:  # the node is closing: late answers (refusals, relinks) go nowhere

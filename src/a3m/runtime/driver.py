@@ -37,7 +37,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from a3m.errors import Closed
 from a3m.exon.engine import Transport
@@ -867,8 +867,6 @@ class Driver:
         try:
             self._sleeping = False
             sock = self._sock  # read under the lock: rebind may have swapped it
-            readable = self._readable
-            recv = sock.recvfrom
             io = self._io
             fused: Any = self._fused
             native_recv: Callable[[int], list[tuple[bytes, Any]]] | None = self._native_recv
@@ -879,7 +877,8 @@ class Driver:
                 batch: list[tuple[bytes, Any]] = []
                 fused_now = None
                 try:
-                    got, fused_now = fused(io, DRAIN_BURST if read else 0)
+                    # (typed: a tuple unpacked without an iterator)
+                    got, fused_now = cast("tuple[int, float]", fused(io, DRAIN_BURST if read else 0))
                 except OSError:
                     got = 0
                     self.io_errors += 1
@@ -887,12 +886,13 @@ class Driver:
             else:
                 batch, got, fused_now, errors = native_read(fused, native_recv, io, DRAIN_BURST)
                 self.io_errors += errors
-            coalesced = io.reader(buf) if io.gro and native_recv is None and fused is None \
-                else None
-            take = batch.append
-            for i in range(0 if native_recv is None and fused is None else DRAIN_BURST,
-                           DRAIN_BURST):
-                if i == 1 and leader and not readable(0):
+            # The Python twin's reads (none where a native read ran: nothing below is made)
+            python_reads = native_recv is None and fused is None
+            readable = self._readable if python_reads else None
+            recv = sock.recvfrom if python_reads else None
+            coalesced = io.reader(buf) if python_reads and io.gro else None
+            for i in range(0 if python_reads else DRAIN_BURST, DRAIN_BURST):
+                if i == 1 and leader and readable is not None and not readable(0):
                     # A leader, after one datagram, looks before reading again: a read that
                     # finds nothing costs a system call and a raised exception (1.8 us
                     # against 0.5), on the critical path of a request or a reply. The I/O
@@ -900,7 +900,8 @@ class Driver:
                     break
                 try:
                     if coalesced is None:
-                        take(recv(RECV_BYTES))
+                        if recv is not None:
+                            batch.append(recv(RECV_BYTES))
                     else:
                         batch.extend(coalesced())
                         if len(batch) >= DRAIN_BURST:

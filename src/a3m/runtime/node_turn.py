@@ -70,8 +70,9 @@ def on_turn(node: Any, now: float) -> None:
         for sock in list(node._reading_ahead):
             sock._report()
     node._bridge.pump(now)
-    for fn in node._listeners:
-        fn()
+    if node._listeners:  # (an empty list's loop makes an iterator all the same)
+        for fn in node._listeners:
+            fn()
 
 
 def after_call(node: Any, now: float = -1.0, sock: Any = None) -> None:
@@ -111,8 +112,9 @@ def after_call(node: Any, now: float = -1.0, sock: Any = None) -> None:
         drv.wake_by(node._taken_due)
     if drv._waiters or drv._leader is not None or drv._futures:
         drv.notify_all()
-    for fn in node._listeners:
-        fn()
+    if node._listeners:
+        for fn in node._listeners:
+            fn()
 
 
 def take_buffers(node: Any, now: float) -> None:

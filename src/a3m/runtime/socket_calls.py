@@ -32,19 +32,25 @@ def as_bytes(data: Any) -> bytes:
     return bytes(data)
 
 
-def time_left(timeout: float | None, deadline: float, now: float, would_block: str,
-              what: str) -> tuple[float, float | None]:
+def time_left(timeout: float | None, deadline: float, now: float, sock: Any, what: str,
+              sending: bool = False, cookie: bool = False) -> tuple[float, float | None]:
     """For a blocking call about to wait: ``(deadline, seconds left)``, the deadline fixed at
-    its first wait (-1.0 before); raises WouldBlock for ``timeout=0``, Timeout once past it."""
+    its first wait (-1.0 before); raises WouldBlock for ``timeout=0``, Timeout once past it.
+    Their texts name ``sock`` and the call (``what``) and, for a send (``sending``), why it
+    cannot go (``cookie``: it carries one); they are made only then, not at every wait."""
     if timeout is None:
         return deadline, None
     if timeout == 0:
-        raise WouldBlock(would_block)
+        if sending:
+            raise WouldBlock(f"{sock.kind} socket {sock.id.tag!r} cannot send now"
+                             f"{sock._why_blocked(cookie)}")
+        raise WouldBlock(f"nothing to receive on {sock.id.tag!r}")
     if deadline < 0:
         deadline = now + timeout
     left = deadline - now
     if left <= 0:
-        raise Timeout(f"{what} timed out")
+        why = sock._why_blocked(cookie) if sending else ""
+        raise Timeout(f"{what} on {sock.id.tag!r}{why} timed out")
     return deadline, left
 
 
@@ -77,11 +83,8 @@ def send(sock: Any, data: Any, timeout: float | None, cookie: Any, waited: bool,
             if not len(buf) and core.try_send(data, cookie, **kw):
                 sent(sock, core, now, waited or deadline >= 0)
                 return
-            why = sock._why_blocked(cookie is not None)
-            deadline, left = time_left(
-                timeout, deadline, now,
-                f"{sock.kind} socket {sock.id.tag!r} cannot send now{why}",
-                f"send on {sock.id.tag!r}{why}")
+            deadline, left = time_left(timeout, deadline, now, sock, "send", True,
+                                       cookie is not None)
             refusal = core.fatal_refusal()
             if refusal is not None and not core.links:
                 raise LinkRefused(REASONS.get(refusal, hex(refusal)))
@@ -128,9 +131,7 @@ def take(sock: Any, fn: Callable[[], _T | None], timeout: float | None, what: st
             if timeout is None:  # (time_left's first case, inline: no call, no text)
                 drv.wait(None)
                 continue
-            deadline, left = time_left(timeout, deadline, now,
-                                       f"nothing to receive on {sock.id.tag!r}",
-                                       f"{what} on {sock.id.tag!r}")
+            deadline, left = time_left(timeout, deadline, now, sock, what)
             drv.wait(left)
 
 

@@ -253,11 +253,8 @@ class Socket:
                     _calls.sent(self, core, now, _waited or deadline >= 0)
                     continue  # acknowledgements may have come in meanwhile: try again
                 try:
-                    why = self._why_blocked(marks is not None)
-                    deadline, left = _time_left(
-                        timeout, deadline, now,
-                        f"{self.kind} socket {self.id.tag!r} cannot send now{why}",
-                        f"send_many on {self.id.tag!r}{why}")
+                    deadline, left = _time_left(timeout, deadline, now, self, "send_many",
+                                                True, marks is not None)
                 except (WouldBlock, Timeout):
                     if sent:
                         return sent
