@@ -67,7 +67,7 @@ impl CookieKeys {
     /// `CookieJar.open(cookie, bound, now)`: the first secret of the cookie's epoch opens it
     /// or nothing does; then its age says.
     pub fn check(&self, cookie: &[u8], bound: &[u8], now: f64) -> Check {
-        if cookie.len() < NONCE_BYTES + PLAIN_BYTES + ring::aead::MAX_TAG_LEN {
+        if cookie.len() < NONCE_BYTES + PLAIN_BYTES + crate::aead::TAG {
             return Check::Invalid;
         }
         let Some((_, key)) = self.keys.iter().find(|(e, _)| *e == cookie[0]) else {

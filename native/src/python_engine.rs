@@ -217,11 +217,9 @@ impl Classes {
 /// meter's verdict when it is a token-less HELLO the loop metered.
 pub(crate) type Pending = (Vec<u8>, SocketAddr, Option<u8>);
 
-/// What a native read refuses and meters by (the session table, the handshake budgets and the
-/// cookie jar's secrets when native), taken from the fast path once per read.
-type ReadRules = (Arc<Mutex<crate::python_session::Table>>, Option<crate::python_meter::SharedMeter>, Option<crate::python_cookie_keys::SharedKeys>);
-
-/// What the fast path of a live session reads of the secure layer (its own dicts).
+/// What the fast path of a live session reads of the secure layer (its own dicts), and what a
+/// native read refuses and meters by; a read takes a copy once (its `Arc`s cloned).
+#[derive(Clone)]
 pub(crate) struct FastPath {
     /// The secure layer's session table (its `_by_index` and `_current`, natively).
     pub(crate) table: Arc<Mutex<crate::python_session::Table>>,
@@ -322,7 +320,7 @@ pub struct ExonCore {
     pub(crate) forged: std::sync::atomic::AtomicI64,
     /// Datagrams the native loop refused as the secure layer would (`python_loop::Refused`;
     /// added to its counters when they are read).
-    pub(crate) refused: [std::sync::atomic::AtomicI64; 6],
+    pub(crate) refused: [std::sync::atomic::AtomicI64; crate::python_loop::REFUSED_NAMES.len()],
     /// Datagrams a native loop read and left to Python (`pending_rx`), ever (diagnostics).
     pub(crate) left: std::sync::atomic::AtomicU64,
     /// Token-less HELLOs the native reads shed from the meter, ever (diagnostics: none of
@@ -330,7 +328,7 @@ pub struct ExonCore {
     pub(crate) shed: std::sync::atomic::AtomicU64,
     /// INITIATEs the native reads refused (truncated, or a cookie that does not open), ever
     /// (diagnostics: none of them reached Python).
-    pub(crate) forged_initiates: std::sync::atomic::AtomicU64,
+    pub(crate) initiates_refused: std::sync::atomic::AtomicU64,
     /// Datagrams handed to the Python secure layer (`open`, `open_hello`), ever (diagnostics).
     pub(crate) to_python: std::sync::atomic::AtomicU64,
     /// A leader's poll-or-sleep choice (`lead_io`; its budget is `set_busy_poll`'s).
@@ -610,18 +608,18 @@ impl ExonCore {
     /// secure layer (no borrow held: it may call back), then the engine runs its frames. A
     /// Python object is made only for that slow path.
     #[allow(clippy::too_many_arguments)]
-    fn receive_sealed_bytes<'py>(&self, py: Python<'py>, sec: &Bound<'py, PyAny>, d: &mut [u8], sa: SocketAddr, io: &UdpIo, now: f64, verdict: Option<u8>, fast: &Option<ReadRules>) -> PyResult<()> {
+    fn receive_sealed_bytes<'py>(&self, py: Python<'py>, sec: &Bound<'py, PyAny>, d: &mut [u8], sa: SocketAddr, io: &UdpIo, now: f64, verdict: Option<u8>, fast: &Option<FastPath>) -> PyResult<()> {
         let n = d.len();
         if verdict.is_none() && self.open_fast(py, &mut Datagram::Owned(&mut *d), Source::Sock(sa, io), now)? {
             self.eng(py).note_datagram(n);
             return self.sync_events(py);
         }
         // (refuse_native and meter_hello count what they drop in datagrams_in themselves)
-        if let Some((tbl, meter, cookies)) = fast {
-            if self.refuse_native(d, tbl, false) || self.refuse_initiate(cookies.as_ref(), d, &sa, now) {
+        if let Some(f) = fast {
+            if self.refuse_native(d, &f.table, false) || self.refuse_initiate(f.cookies.as_ref(), d, &sa, now) {
                 return Ok(());
             }
-            if let Some(v) = verdict.or_else(|| self.meter_hello(meter.as_ref(), d, &sa, now)) {
+            if let Some(v) = verdict.or_else(|| self.meter_hello(f.meter.as_ref(), d, &sa, now)) {
                 if v == crate::meter::SHED {
                     return Ok(());
                 }
@@ -713,7 +711,7 @@ impl ExonCore {
             refused: Default::default(),
             left: std::sync::atomic::AtomicU64::new(0),
             shed: std::sync::atomic::AtomicU64::new(0),
-            forged_initiates: std::sync::atomic::AtomicU64::new(0),
+            initiates_refused: std::sync::atomic::AtomicU64::new(0),
             to_python: std::sync::atomic::AtomicU64::new(0),
             poll: Mutex::new(crate::poll_choice::PollChoice::new(0.0)),
             io_errors: std::sync::atomic::AtomicU64::new(0),
@@ -1000,7 +998,7 @@ impl ExonCore {
     /// INITIATEs the native reads refused (truncated, or a cookie that does not open under
     /// the jar's secrets: `cookie_keys.rs`), ever (diagnostics).
     fn initiates_refused(&self) -> u64 {
-        self.forged_initiates.load(std::sync::atomic::Ordering::Relaxed)
+        self.initiates_refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Datagrams handed to the Python secure layer (its `open` or `open_hello`) since the
@@ -1077,7 +1075,7 @@ impl ExonCore {
             }
             order.extend(rest);
         }
-        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.meter.clone(), f.cookies.clone()));
+        let fast = locked(&self.fast).clone();
         for i in order {
             let (sa, verdict) = (read.items[i].2, verdicts.get(i).copied().flatten());
             self.receive_sealed_bytes(py, sec, read.bytes_mut(i), sa, io, now, verdict, &fast)?;

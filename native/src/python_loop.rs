@@ -166,8 +166,8 @@ impl ExonCore {
     pub(crate) fn io_loop(&self, io: &UdpIo, fd: i32, wake: i32, until: f64, spin_s: f64, lead: bool) -> LoopEnd {
         let start = monotonic();
         let mut end = LoopEnd { why: TIMEOUT, reads: 0, now: start, input_after: -1.0, preempted: false };
-        let fast = locked(&self.fast).as_ref().map(|f| (f.table.clone(), f.unanswered_rehandshake, f.meter.clone(), f.cookies.clone()));
-        let Some((tbl, limit, meter, cookies)) = fast else {
+        let fast = locked(&self.fast).clone();
+        let Some(crate::python_engine::FastPath { table: tbl, unanswered_rehandshake: limit, meter, cookies }) = fast else {
             // No native sessions (the secure layer's Python twins, or a node in clear): only
             // the wait is done here, until the engine's next timer at the latest.
             let deadline = match locked(&self.eng).exon_timer() {
@@ -359,7 +359,7 @@ impl ExonCore {
         };
         locked(&self.eng).note_datagram(d.len());
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
-        self.forged_initiates.fetch_add(1, Ordering::Relaxed);
+        self.initiates_refused.fetch_add(1, Ordering::Relaxed);
         true
     }
 

@@ -5,8 +5,6 @@ forged INITIATEs before any Python runs, counting each one."""
 
 from __future__ import annotations
 
-import socket
-import time
 from random import Random
 from typing import Any
 
@@ -18,6 +16,8 @@ from a3m.exon.secure import handshake as hs
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar, new_cookie_keys
 from a3m.exon.secure.responder import _addr_bytes
+
+from .floods import flood, settle, sources
 
 pytestmark = pytest.mark.skipif(native is None, reason="the native data plane is not built")
 
@@ -40,6 +40,7 @@ def test_the_native_check_opens_what_the_jar_opens(seed: int) -> None:
     jar = CookieJar(rng.randbytes, twin)
     now = rng.uniform(0, 1e5)
     made: list[tuple[bytes, bytes, Any, bytes, int, float]] = []
+    seen: set[str | None] = set()
     for step in range(400):
         now += rng.choice([0.0, 0.01, 1.0, 7.0, 30.0, 61.0])
         if rng.random() < 0.3 or not made:
@@ -65,8 +66,10 @@ def test_the_native_check_opens_what_the_jar_opens(seed: int) -> None:
         want = jar.open(cookie, bound, when) is not None
         assert twin.opens(cookie, bound, when) == want, (seed, step)
         check = twin.check_initiate(_initiate(index, e, cookie), addr, when)
+        seen.add(check)
         assert (check == "valid") == want, (seed, step)
         assert check != "early" or when < at, (seed, step)  # (left to the responder)
+    assert seen == {"valid", "invalid", "early"}, seed  # (each answer was put to the test)
 
 
 def test_a_truncated_initiate_is_left_to_the_responder_s_count() -> None:
@@ -96,42 +99,25 @@ def test_a_forged_initiate_flood_is_refused_natively_and_counted() -> None:
         if not hasattr(proto, "initiates_refused"):
             pytest.skip("the Python engine runs (A3M_ENGINE=python)")
         before = proto.secure_python()
-        socks = []
-        for i in range(8):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind((f"127.0.0.{40 + i}", 0))
-            socks.append(s)
-        try:
-            for k in range(n):
-                cookie = bytes([rng.randrange(4)]) + rng.randbytes(71)
-                short = k % 10 == 9
-                d = _initiate(k, rng.randbytes(32), cookie[:40] if short else cookie,
-                              0 if short else 80)
-                socks[k % 8].sendto(d, node.address)
-                if k % 200 == 199:
-                    time.sleep(0.001)  # (the node's socket buffer is not a test subject)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                st = node.stats["exon"]
-                drops = node.stats["rx_drops"] or 0
-                if st["cookie_invalid"] + st["truncated"] + drops >= n:
-                    break
-                time.sleep(0.05)
-            time.sleep(0.1)  # (nothing more comes: an INITIATE counted twice would show)
-            st = node.stats["exon"]
-            drops = node.stats["rx_drops"] or 0
-            refused = proto.initiates_refused()
-            handed = proto.secure_python() - before
-            with a3m.Node("cookie-peer") as peer:
-                pull = node.socket(a3m.PULL, "in")
-                push = peer.socket(a3m.PUSH, "out")
-                peer.associate("cookie-rx", node.address)
-                push.link("cookie-rx/in")
-                push.send(b"through", timeout=30)
-                assert pull.recv(timeout=30) == b"through"
-        finally:
-            for s in socks:
-                s.close()
+
+        def initiate(k: int) -> bytes:
+            cookie = bytes([rng.randrange(4)]) + rng.randbytes(71)
+            if k % 10 == 9:  # truncated
+                return _initiate(k, rng.randbytes(32), cookie[:40], 0)
+            return _initiate(k, rng.randbytes(32), cookie)
+
+        with sources(8, 40) as socks:
+            flood(socks, node.address, (initiate(k) for k in range(n)))
+            st, drops = settle(node, lambda st: st["cookie_invalid"] + st["truncated"], n)
+        refused = proto.initiates_refused()
+        handed = proto.secure_python() - before
+        with a3m.Node("cookie-peer") as peer:
+            pull = node.socket(a3m.PULL, "in")
+            push = peer.socket(a3m.PUSH, "out")
+            peer.associate("cookie-rx", node.address)
+            push.link("cookie-rx/in")
+            push.send(b"through", timeout=30)
+            assert pull.recv(timeout=30) == b"through"
     assert st["cookie_invalid"] + st["truncated"] == refused == n - drops
     assert st["truncated"] > 0 and st["unauth_shed"] == 0
     assert handed == 0

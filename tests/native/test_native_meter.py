@@ -5,8 +5,6 @@ a flood's token-less HELLOs before any Python runs, counting each one."""
 
 from __future__ import annotations
 
-import socket
-import time
 from random import Random
 from typing import Any
 
@@ -16,6 +14,8 @@ import a3m
 from a3m._dataplane import native
 from a3m.exon.secure import packets as p
 from a3m.exon.secure.meter import MAX_SOURCES, HandshakeMeter, new_meter
+
+from .floods import flood, settle, sources
 
 pytestmark = pytest.mark.skipif(native is None, reason="the native data plane is not built")
 
@@ -81,30 +81,10 @@ def test_a_hello_flood_is_shed_natively_and_every_hello_counted() -> None:
         proto = node._driver.proto
         if not hasattr(proto, "hellos_shed"):
             pytest.skip("the Python engine runs (A3M_ENGINE=python)")
-        socks = []
-        for i in range(8):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind((f"127.0.0.{20 + i}", 0))
-            socks.append(s)
-        try:
-            for k in range(n):
-                socks[k % 8].sendto(_hello(rng), node.address)
-                if k % 200 == 199:
-                    time.sleep(0.001)  # (the node's socket buffer is not a test subject)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                st = node.stats["exon"]
-                drops = node.stats["rx_drops"] or 0
-                if _counted(st) + drops >= n:
-                    break
-                time.sleep(0.05)
-            time.sleep(0.1)  # (nothing more comes: a HELLO counted twice would show)
-            st = node.stats["exon"]
-            drops = node.stats["rx_drops"] or 0
+        with sources(8, 20) as socks:
+            flood(socks, node.address, (_hello(rng) for _ in range(n)))
+            st, drops = settle(node, _counted, n)
             shed = proto.hellos_shed()
-        finally:
-            for s in socks:
-                s.close()
     assert st["malformed"] == 0 and st["truncated"] == 0
     assert st["hellos_answered"] == 0 and st["retries_sent"] == 0
     assert _counted(st) == n - drops
@@ -121,27 +101,16 @@ def test_a_flood_reaches_python_only_with_the_hellos_it_answers() -> None:
     pairs = 4000
     junk = [p.SEALED_HDR.pack(p.VERSION, p.DATA, 0xBAD0000 + i, 1) + bytes(48) for i in range(7)]
     junk += [bytes([p.VERSION + 1]) + bytes(40), bytes([p.VERSION, p.PLAIN]) + bytes(20)]
-    with a3m.Node("meter-flood") as node, \
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+    with a3m.Node("meter-flood") as node, sources(1, 1) as attacker:
         proto = node._driver.proto
         if not hasattr(proto, "secure_python"):
             pytest.skip("the Python engine runs (A3M_ENGINE=python)")
         before = proto.secure_python()
-        for k in range(pairs):
-            attacker.sendto(_hello(rng), node.address)
-            attacker.sendto(junk[k % len(junk)], node.address)
-            if k % 100 == 99:
-                time.sleep(0.001)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            st = node.stats["exon"]
-            refused = st["unknown_session"] + st["malformed"] + st["plain_refused"]
-            if _counted(st) + refused + (node.stats["rx_drops"] or 0) >= 2 * pairs:
-                break
-            time.sleep(0.05)
-        st = node.stats["exon"]
+        flood(attacker, node.address,
+              (d for k in range(pairs) for d in (_hello(rng), junk[k % len(junk)])))
+        st, drops = settle(node, lambda st: _counted(st) + st["unknown_session"]
+                           + st["malformed"] + st["plain_refused"], 2 * pairs)
         handed = proto.secure_python() - before
-        drops = node.stats["rx_drops"] or 0
     assert _counted(st) + st["unknown_session"] + st["malformed"] + st["plain_refused"] \
         == 2 * pairs - drops
     assert handed == st["retries_sent"] + st["hellos_answered"] + st["handshake_failed"]

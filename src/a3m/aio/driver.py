@@ -547,29 +547,27 @@ class LoopDriver:
                     native_recv = None
                 if (got or batch) and self._wait_t0:  # the input a measured wait waited for
                     self._record_wait()
-                # the Python twin's reads (none where a native read ran: nothing below is made)
-                python_reads = native_recv is None and fused is None
-                recv = self._sock.recvfrom if python_reads else None
-                coalesced = io.reader(buf) if python_reads and io.gro else None
-                look = self._readable
-                for i in range(0 if python_reads else DRAIN_BURST, DRAIN_BURST):
-                    if (i == 1 or (i == 0 and not readable)) and not look(0):
-                        break
-                    try:
-                        if coalesced is None:
-                            if recv is not None:  # (see the threaded driver's turn)
-                                batch.append(recv(RECV_BYTES))
-                        else:
-                            batch.extend(coalesced())
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    except OSError:
-                        self.io_errors += 1  # e.g. ICMP port unreachable surfacing
-                        break
-                    if i == 0 and self._wait_t0:  # the input a measured wait waited for
-                        self._record_wait()
-                    if len(batch) >= DRAIN_BURST:
-                        break
+                if native_recv is None and fused is None:  # the Python twin's reads
+                    recv = self._sock.recvfrom
+                    coalesced = io.reader(buf) if io.gro else None
+                    look = self._readable
+                    for i in range(DRAIN_BURST):
+                        if (i == 1 or (i == 0 and not readable)) and not look(0):
+                            break
+                        try:
+                            if coalesced is None:
+                                batch.append(recv(RECV_BYTES))  # (the threaded turn's way)
+                            else:
+                                batch.extend(coalesced())
+                        except (BlockingIOError, InterruptedError):
+                            break
+                        except OSError:
+                            self.io_errors += 1  # e.g. ICMP port unreachable surfacing
+                            break
+                        if i == 0 and self._wait_t0:  # the input a measured wait waited for
+                            self._record_wait()
+                        if len(batch) >= DRAIN_BURST:
+                            break
                 # after the reads (the threaded driver says why)
                 now = time.monotonic() if fused_now is None else fused_now
                 errors, changed = protocol_step(proto, batch, self._events, self._on_events,

@@ -886,31 +886,30 @@ class Driver:
             else:
                 batch, got, fused_now, errors = native_read(fused, native_recv, io, DRAIN_BURST)
                 self.io_errors += errors
-            # The Python twin's reads (none where a native read ran: nothing below is made)
-            python_reads = native_recv is None and fused is None
-            readable = self._readable if python_reads else None
-            recv = sock.recvfrom if python_reads else None
-            coalesced = io.reader(buf) if python_reads and io.gro else None
-            for i in range(0 if python_reads else DRAIN_BURST, DRAIN_BURST):
-                if i == 1 and leader and readable is not None and not readable(0):
-                    # A leader, after one datagram, looks before reading again: a read that
-                    # finds nothing costs a system call and a raised exception (1.8 us
-                    # against 0.5), on the critical path of a request or a reply. The I/O
-                    # thread reads on until a read fails (its turns are not on that path).
-                    break
-                try:
-                    if coalesced is None:
-                        if recv is not None:
+            if native_recv is None and fused is None:  # the Python twin's reads
+                readable = self._readable
+                recv = sock.recvfrom
+                coalesced = io.reader(buf) if io.gro else None
+                for i in range(DRAIN_BURST):
+                    if i == 1 and leader and not readable(0):
+                        # A leader, after one datagram, looks before reading again: a read
+                        # that finds nothing costs a system call and a raised exception (1.8
+                        # us against 0.5), on the critical path of a request or a reply. The
+                        # I/O thread reads on until a read fails (its turns are not on that
+                        # path).
+                        break
+                    try:
+                        if coalesced is None:
                             batch.append(recv(RECV_BYTES))
-                    else:
-                        batch.extend(coalesced())
-                        if len(batch) >= DRAIN_BURST:
-                            break
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    self.io_errors += 1  # e.g. ICMP port unreachable surfacing as an error
-                    break
+                        else:
+                            batch.extend(coalesced())
+                            if len(batch) >= DRAIN_BURST:
+                                break
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:
+                        self.io_errors += 1  # e.g. ICMP port unreachable surfacing
+                        break
             # The time is read after the reads: each read lets another thread take the
             # interpreter (up to its 5 ms switch interval), so a time read before them can be
             # milliseconds older than the ACKs read; RTT samples then came out shorter than
