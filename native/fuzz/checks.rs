@@ -153,9 +153,10 @@ pub fn open(data: &[u8]) -> Option<Vec<u8>> {
 /// The native reads' check of an INITIATE (`cookie_keys`) on `data`, under secrets of the
 /// epochs its cookie may name: never panics, whatever the length; a datagram shorter than an
 /// INITIATE is truncated; no input forges a cookie (nothing opens that the key did not seal).
+/// The same input as a HELLO: a RETRY only for a token-less HELLO of its size, never a panic.
 pub fn initiate(data: &[u8]) {
     let mut keys = CookieKeys::default();
-    keys.set(&[(0, KEY.to_vec()), (1, vec![0x43; 32]), (2, vec![0x44; 31])]);
+    keys.set(&[(0, KEY.to_vec()), (1, vec![0x43; 32]), (2, vec![0x44; 31])], 0.5);
     let from: std::net::SocketAddr = "192.0.2.1:9".parse().expect("an address");
     match keys.check_initiate(data, &from, 1.0) {
         None => assert!(data.len() < cookie_keys::INITIATE_MIN),
@@ -165,6 +166,14 @@ pub fn initiate(data: &[u8]) {
         }
     }
     assert_eq!(keys.check(data, b"", 1.0), Check::Invalid, "a forged cookie that opens");
+    match keys.retry(data, &from, 1.0) {
+        Some(r) => {
+            assert!(a3m_native::meter::is_plain_hello(data), "a RETRY to no token-less HELLO");
+            assert_eq!(r.len(), 6 + cookie_keys::TOKEN_BYTES);
+            assert_eq!(&r[2..6], &data[35..39], "a RETRY for another index");
+        }
+        None => assert!(!a3m_native::meter::is_plain_hello(data), "a HELLO left unanswered"),
+    }
 }
 
 /// The checks of `batch::split` on `data` (a BATCH body); the payloads' count when it splits.

@@ -6,10 +6,16 @@
 //! opens). A cookie is `nonce (12: the secret's epoch, 11 random) | ChaCha20-Poly1305(e_priv
 //! (32) | index (4) | time made (f64), 16-byte tag)`, bound to the initiator's address, e and
 //! index by the associated data.
+//!
+//! It also makes the jar's address tokens (the twin of `CookieJar.token`: `time (f64) |
+//! HMAC-SHA-256(newest secret, bound | time)[:16]`), so the native reads answer a token-less
+//! HELLO the budgets give a RETRY without Python (`retry`), while the newest secret is not due
+//! to be replaced (the jar replaces it, in Python, when it next makes one).
 
 use std::net::SocketAddr;
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+use ring::hmac;
 
 /// Bytes of a cookie.
 pub const COOKIE_BYTES: usize = 72;
@@ -24,6 +30,13 @@ const INITIATE_HEAD: usize = 6;
 const KEY_BYTES: usize = 32;
 /// An INITIATE shorter than this is truncated (the responder counts it so).
 pub const INITIATE_MIN: usize = INITIATE_HEAD + KEY_BYTES + COOKIE_BYTES;
+/// The jar replaces its newest secret this long after it became current
+/// (`SECRET_ROTATION_S`).
+pub const ROTATION_S: f64 = LIFETIME_S / 2.0;
+/// Bytes of an address token: the time it was made, then the MAC's first 16 bytes.
+pub const TOKEN_BYTES: usize = 24;
+/// A token-less HELLO's e and index follow its header (version, type, token length).
+const HELLO_HEAD: usize = 3;
 
 /// What a cookie's check says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,15 +51,20 @@ pub enum Check {
 }
 
 /// The jar's secrets, newest first (three at most), each with its epoch (modulo 256).
+/// The newest secret's MAC key and when it became current, for tokens.
 #[derive(Default)]
 pub struct CookieKeys {
     keys: Vec<(u8, LessSafeKey)>,
+    mac: Option<hmac::Key>,
+    since: f64,
 }
 
 impl CookieKeys {
-    /// The jar rotated: these are its secrets now, newest first. A secret that is not 32
-    /// bytes is left out (the jar makes none).
-    pub fn set(&mut self, secrets: &[(u8, Vec<u8>)]) {
+    /// The jar rotated at `since`: these are its secrets now, newest first. A secret that is
+    /// not 32 bytes is left out (the jar makes none).
+    pub fn set(&mut self, secrets: &[(u8, Vec<u8>)], since: f64) {
+        self.mac = secrets.first().filter(|(_, s)| s.len() == 32).map(|(_, s)| hmac::Key::new(hmac::HMAC_SHA256, s));
+        self.since = since;
         self.keys = secrets
             .iter()
             .filter_map(|(epoch, s)| {
@@ -109,6 +127,46 @@ impl CookieKeys {
     }
 }
 
+impl CookieKeys {
+    /// `CookieJar.token(bound, now)`, or None when the jar would replace its newest secret
+    /// first (due, or a clock that went back past the rotation): left to the jar.
+    pub fn token(&self, bound: &[u8], now: f64) -> Option<[u8; TOKEN_BYTES]> {
+        let mac = self.mac.as_ref()?;
+        let age = now - self.since;
+        if !(0.0..ROTATION_S).contains(&age) {
+            return None;
+        }
+        let ts = now.to_be_bytes();
+        let mut ctx = hmac::Context::with_key(mac);
+        ctx.update(bound);
+        ctx.update(&ts);
+        let tag = ctx.sign();
+        let mut t = [0u8; TOKEN_BYTES];
+        t[..8].copy_from_slice(&ts);
+        t[8..].copy_from_slice(&tag.as_ref()[..TOKEN_BYTES - 8]);
+        Some(t)
+    }
+
+    /// The responder's RETRY to the token-less HELLO `d` from `source` (`_on_hello`'s busy
+    /// case: version, RETRY, the HELLO's index, then a token bound to the source's address,
+    /// the HELLO's e and index), or None: not a token-less HELLO of its size, or no token
+    /// now (see `token`).
+    pub fn retry(&self, d: &[u8], source: &SocketAddr, now: f64) -> Option<Vec<u8>> {
+        if !crate::meter::is_plain_hello(d) {
+            return None;
+        }
+        let e_and_index = &d[HELLO_HEAD..HELLO_HEAD + KEY_BYTES + 4];
+        let mut bound = bound_address(source).into_bytes();
+        bound.extend_from_slice(e_and_index);
+        let token = self.token(&bound, now)?;
+        let mut out = Vec::with_capacity(6 + TOKEN_BYTES);
+        out.extend_from_slice(&[crate::wire::VERSION, crate::aead::RETRY]);
+        out.extend_from_slice(&e_and_index[KEY_BYTES..]); // the index, as sent (big-endian)
+        out.extend_from_slice(&token);
+        Some(out)
+    }
+}
+
 /// `repr()` of the address tuple the native reads give the secure layer for `sa`
 /// (`UdpIo.addr_object`: the host as Rust writes it, the port, and for IPv6 the flow info and
 /// scope id), which the responder binds a cookie to.
@@ -138,7 +196,7 @@ mod tests {
 
     fn keys(list: &[(u8, [u8; 32])]) -> CookieKeys {
         let mut k = CookieKeys::default();
-        k.set(&list.iter().map(|(e, s)| (*e, s.to_vec())).collect::<Vec<_>>());
+        k.set(&list.iter().map(|(e, s)| (*e, s.to_vec())).collect::<Vec<_>>(), 0.0);
         k
     }
 
@@ -181,5 +239,41 @@ mod tests {
         let elsewhere: SocketAddr = "127.0.0.1:5001".parse().unwrap();
         assert_eq!(k.check_initiate(&d, &elsewhere, 2.0), Some(Check::Invalid));
         assert_eq!(k.check_initiate(&d[..INITIATE_MIN - 1], &sa, 2.0), None);
+    }
+
+    #[test]
+    fn a_token_is_made_with_the_newest_secret_until_it_is_due() {
+        let k = keys(&[(2, [2; 32]), (1, [1; 32])]);
+        let t = k.token(b"bound", 10.0).unwrap();
+        assert_eq!(&t[..8], &10.0f64.to_be_bytes());
+        let mut ctx = hmac::Context::with_key(&hmac::Key::new(hmac::HMAC_SHA256, &[2; 32]));
+        ctx.update(b"bound");
+        ctx.update(&10.0f64.to_be_bytes());
+        assert_eq!(&t[8..], &ctx.sign().as_ref()[..16]);
+        assert_ne!(k.token(b"other", 10.0).unwrap(), t);
+        assert!(k.token(b"bound", ROTATION_S - 0.001).is_some());
+        assert!(k.token(b"bound", ROTATION_S).is_none()); // the jar rotates first
+        assert!(k.token(b"bound", -1.0).is_none());
+        assert!(CookieKeys::default().token(b"bound", 1.0).is_none());
+    }
+
+    #[test]
+    fn a_retry_answers_a_token_less_hello_only() {
+        let sa: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let k = keys(&[(1, [1; 32])]);
+        let mut d = vec![0u8; crate::meter::HELLO_SIZE];
+        d[0] = crate::wire::VERSION;
+        d[1] = crate::aead::HELLO;
+        d[3..35].copy_from_slice(&[9; 32]);
+        d[35..39].copy_from_slice(&77u32.to_be_bytes());
+        let r = k.retry(&d, &sa, 1.0).unwrap();
+        assert_eq!(r.len(), 6 + TOKEN_BYTES);
+        assert_eq!(&r[..6], &[crate::wire::VERSION, crate::aead::RETRY, 0, 0, 0, 77]);
+        let mut bound = bound_address(&sa).into_bytes();
+        bound.extend_from_slice(&d[3..39]);
+        assert_eq!(&r[6..], &k.token(&bound, 1.0).unwrap());
+        assert!(k.retry(&d[..crate::meter::HELLO_SIZE - 1], &sa, 1.0).is_none());
+        d[2] = TOKEN_BYTES as u8; // a HELLO with a token is the responder's
+        assert!(k.retry(&d, &sa, 1.0).is_none());
     }
 }

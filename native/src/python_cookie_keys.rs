@@ -1,7 +1,7 @@
 //! `a3m._native.CookieKeys`: the binding of `cookie_keys::CookieKeys`. The cookie jar
 //! (`a3m/exon/secure/cookies.py`) hands it its secrets at each rotation; the engine takes its
 //! state (`shared`) when the secure layer is attached, and the native reads refuse a forged
-//! INITIATE from it before any Python runs.
+//! INITIATE from it, and answer a HELLO the budgets give a RETRY, before any Python runs.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -38,9 +38,23 @@ impl CookieKeys {
         CookieKeys { shared: Arc::new(Mutex::new(Keys::default())) }
     }
 
-    /// The jar's secrets now, newest first: `(epoch, secret)` pairs.
-    fn set(&self, secrets: Vec<(u8, Vec<u8>)>) {
-        keys_lock(&self.shared).set(&secrets);
+    /// The jar's secrets now, newest first: `(epoch, secret)` pairs; the newest became
+    /// current at `since`.
+    fn set(&self, secrets: Vec<(u8, Vec<u8>)>, since: f64) {
+        keys_lock(&self.shared).set(&secrets, since);
+    }
+
+    /// `CookieJar.token(bound, now)`, or None when the jar would replace its newest secret
+    /// first (the native reads then leave the HELLO to the responder).
+    fn token<'py>(&self, py: Python<'py>, bound: &[u8], now: f64) -> Option<Bound<'py, PyBytes>> {
+        keys_lock(&self.shared).token(bound, now).map(|t| PyBytes::new(py, &t))
+    }
+
+    /// The RETRY the native reads send for the token-less HELLO `d` from `addr` (a numeric
+    /// address tuple), the responder's own, or None (see `token`).
+    fn retry<'py>(&self, py: Python<'py>, d: &[u8], addr: &Bound<'py, PyTuple>, now: f64) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let sa = socket_addr(addr)?;
+        Ok(keys_lock(&self.shared).retry(d, &sa, now).map(|r| PyBytes::new(py, &r)))
     }
 
     fn __len__(&self) -> usize {
@@ -56,18 +70,21 @@ impl CookieKeys {
     /// address tuple): "valid", "invalid" (refused, `cookie_invalid`), "early" (left to the
     /// responder), or None (truncated: left to it too).
     fn check_initiate(&self, d: &Bound<'_, PyBytes>, addr: &Bound<'_, PyTuple>, now: f64) -> PyResult<Option<&'static str>> {
-        let host: String = addr.get_item(0)?.extract()?;
-        let port: u16 = addr.get_item(1)?.extract()?;
-        let (flow, scope): (u32, u32) = if addr.len() >= 4 {
-            (addr.get_item(2)?.extract()?, addr.get_item(3)?.extract()?)
-        } else {
-            (0, 0)
-        };
-        let Some(sa) = crate::udp::parse_addr(&host, port, flow, scope) else {
-            return Err(pyo3::exceptions::PyValueError::new_err("a numeric address"));
-        };
+        let sa = socket_addr(addr)?;
         Ok(keys_lock(&self.shared).check_initiate(d.as_bytes(), &sa, now).map(name))
     }
+}
+
+/// A numeric address tuple (`(host, port)` or `(host, port, flow, scope)`) as a socket address.
+fn socket_addr(addr: &Bound<'_, PyTuple>) -> PyResult<std::net::SocketAddr> {
+    let host: String = addr.get_item(0)?.extract()?;
+    let port: u16 = addr.get_item(1)?.extract()?;
+    let (flow, scope): (u32, u32) = if addr.len() >= 4 {
+        (addr.get_item(2)?.extract()?, addr.get_item(3)?.extract()?)
+    } else {
+        (0, 0)
+    };
+    crate::udp::parse_addr(&host, port, flow, scope).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("a numeric address"))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

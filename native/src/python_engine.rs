@@ -329,6 +329,9 @@ pub struct ExonCore {
     /// INITIATEs the native reads refused (truncated, or a cookie that does not open), ever
     /// (diagnostics: none of them reached Python).
     pub(crate) initiates_refused: std::sync::atomic::AtomicU64,
+    /// Token-less HELLOs the native reads answered with a RETRY (added to the secure
+    /// layer's `retries_sent` when the counters are read).
+    pub(crate) retries: std::sync::atomic::AtomicI64,
     /// Datagrams handed to the Python secure layer (`open`, `open_hello`), ever (diagnostics).
     pub(crate) to_python: std::sync::atomic::AtomicU64,
     /// A leader's poll-or-sleep choice (`lead_io`; its budget is `set_busy_poll`'s).
@@ -569,6 +572,10 @@ impl ExonCore {
         if forged != 0 {
             deltas.push(("forged", forged));
         }
+        let retries = self.retries.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if retries != 0 {
+            deltas.push(("retries_sent", retries));
+        }
         for (name, count) in crate::python_loop::REFUSED_NAMES.iter().zip(&self.refused) {
             let c = count.swap(0, std::sync::atomic::Ordering::Relaxed);
             if c != 0 {
@@ -622,6 +629,12 @@ impl ExonCore {
             if let Some(v) = verdict.or_else(|| self.meter_hello(f.meter.as_ref(), d, &sa, now)) {
                 if v == crate::meter::SHED {
                     return Ok(());
+                }
+                if v == crate::meter::RETRY {
+                    if let Some(r) = self.answer_retry(f.cookies.as_ref(), d, &sa, now) {
+                        self.send_retries(io, io.fd(py)?, &[(r, sa)]);
+                        return Ok(());
+                    }
                 }
                 self.eng(py).note_datagram(n);
                 let addr = io.addr_object(py, sa)?;
@@ -712,6 +725,7 @@ impl ExonCore {
             left: std::sync::atomic::AtomicU64::new(0),
             shed: std::sync::atomic::AtomicU64::new(0),
             initiates_refused: std::sync::atomic::AtomicU64::new(0),
+            retries: std::sync::atomic::AtomicI64::new(0),
             to_python: std::sync::atomic::AtomicU64::new(0),
             poll: Mutex::new(crate::poll_choice::PollChoice::new(0.0)),
             io_errors: std::sync::atomic::AtomicU64::new(0),

@@ -241,6 +241,8 @@ impl ExonCore {
             // waiting from an earlier read, or this read's): looked up at the first datagram
             // not opened here, so a read of live DATA alone never takes `pending_rx`'s lock.
             let mut installing: Option<bool> = None;
+            // RETRYs answered here, sent after the read's loop (`answer_retry`).
+            let mut retries: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
             for i in 0..n {
                 let sa = read.items[i].2;
                 if self.open_native(read.bytes_mut(i), sa, now, &tbl) {
@@ -249,9 +251,16 @@ impl ExonCore {
                 }
                 let behind = *installing.get_or_insert_with(|| locked(&self.pending_rx).iter().any(|p| may_install(&p.0)));
                 if !self.refuse_native(read.bytes(i), &tbl, behind) && !self.refuse_initiate(cookies.as_ref(), read.bytes(i), &sa, now) {
-                    // A token-less HELLO is metered here, in the order read: shed (no Python
-                    // at all), or left to Python with its verdict (`open_hello`).
+                    // A token-less HELLO is metered here, in the order read: shed or given
+                    // a RETRY (no Python at all), or left to Python with its verdict
+                    // (`open_hello`).
                     let verdict = self.meter_hello(meter.as_ref(), read.bytes(i), &sa, now);
+                    if verdict == Some(crate::meter::RETRY) {
+                        if let Some(r) = self.answer_retry(cookies.as_ref(), read.bytes(i), &sa, now) {
+                            retries.push((r, sa));
+                            continue;
+                        }
+                    }
                     if verdict != Some(crate::meter::SHED) {
                         if may_install(read.bytes(i)) {
                             installing = Some(true);
@@ -263,6 +272,7 @@ impl ExonCore {
             if ahead > 0 {
                 locked(&self.eng).stats.data_first += ahead;
             }
+            self.send_retries(io, fd, &retries);
             if !held.is_empty() {
                 let mut pending = locked(&self.pending_rx);
                 for &(i, verdict) in &held {
@@ -377,6 +387,35 @@ impl ExonCore {
             self.shed.fetch_add(1, Ordering::Relaxed);
         }
         Some(verdict)
+    }
+
+    /// The RETRY the responder sends for the token-less HELLO `d` the budgets gave one
+    /// (`_on_hello`'s busy case), made here with the jar's newest secret (`cookie_keys.rs`),
+    /// counted as it counts it (`retries_sent`, and the datagram in `datagrams_in`); None
+    /// (nothing counted): no native keys, or the jar replaces its secret first (Python does,
+    /// with the verdict).
+    pub(crate) fn answer_retry(&self, keys: Option<&crate::python_cookie_keys::SharedKeys>, d: &[u8], sa: &SocketAddr, now: f64) -> Option<Vec<u8>> {
+        let r = crate::python_cookie_keys::keys_lock(keys?).retry(d, sa, now)?;
+        locked(&self.eng).note_datagram(d.len());
+        self.retries.fetch_add(1, Ordering::Relaxed);
+        Some(r)
+    }
+
+    /// Send the RETRYs `answer_retry` made (stateless answers: in any order with the rest of
+    /// the output), counted as the secure layer's control datagrams are.
+    pub(crate) fn send_retries(&self, io: &UdpIo, fd: i32, retries: &[(Vec<u8>, SocketAddr)]) {
+        if retries.is_empty() {
+            return;
+        }
+        let mut data: Vec<u8> = Vec::new();
+        let mut dgrams: Vec<(usize, usize, SocketAddr)> = Vec::with_capacity(retries.len());
+        for (r, sa) in retries {
+            dgrams.push((data.len(), r.len(), *sa));
+            data.extend_from_slice(r);
+        }
+        locked(&self.eng).count_out(dgrams.len(), data.len());
+        let errors = io.udp.send(fd, &data, &dgrams);
+        self.io_errors.fetch_add(errors as u64, Ordering::Relaxed);
     }
 
     /// Events for the layer above, or output left to Python.

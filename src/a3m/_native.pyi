@@ -150,11 +150,18 @@ class HandshakeMeter:
 
 class CookieKeys:
     """A cookie jar's secrets (newest first, each with its epoch), handed over at each
-    rotation, for the native reads' check of INITIATEs; twin of
-    :meth:`a3m.exon.secure.cookies.CookieJar.open`."""
+    rotation, for the native reads' check of INITIATEs and their RETRYs; twin of
+    :meth:`a3m.exon.secure.cookies.CookieJar.open` and ``token``."""
 
     def __init__(self) -> None: ...
-    def set(self, secrets: list[tuple[int, bytes]]) -> None: ...
+    def set(self, secrets: list[tuple[int, bytes]], since: float) -> None:
+        """The jar's secrets, newest first; the newest became current at ``since``."""
+    def token(self, bound: bytes, now: float) -> bytes | None:
+        """``CookieJar.token(bound, now)``, or None when the jar would replace its newest
+        secret first."""
+    def retry(self, d: bytes, addr: tuple[Any, ...], now: float) -> bytes | None:
+        """The responder's RETRY to token-less HELLO ``d`` from ``addr``, or None (not such a
+        HELLO, or no token now)."""
     def __len__(self) -> int: ...
     def opens(self, cookie: bytes, bound: bytes, now: float) -> bool:
         """``CookieJar.open(cookie, bound, now) is not None``."""

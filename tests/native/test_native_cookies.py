@@ -1,10 +1,13 @@
 """The native check of an INITIATE's cookie (``a3m._native.CookieKeys``, what the native reads
 refuse a forged INITIATE with) against its twin (``CookieJar.open``): the same secrets, cookies
-and times give the same answers, across rotations; and a running node refuses a flood of
-forged INITIATEs before any Python runs, counting each one."""
+and times give the same answers, across rotations; the RETRY the native reads answer a HELLO
+with is the responder's, byte for byte, or none when the jar replaces its secret first; a
+running node refuses a flood of forged INITIATEs before any Python runs, counting each one,
+and a native RETRY's token proves its address to the responder."""
 
 from __future__ import annotations
 
+from collections import deque
 from random import Random
 from typing import Any
 
@@ -12,10 +15,18 @@ import pytest
 
 import a3m
 from a3m._dataplane import native
+from a3m.exon.secure import NodeKey, SecureLayer, TrustStore
 from a3m.exon.secure import handshake as hs
 from a3m.exon.secure import packets as p
-from a3m.exon.secure.cookies import COOKIE_LIFETIME_S, CookieJar, new_cookie_keys
+from a3m.exon.secure.cookies import (
+    COOKIE_LIFETIME_S,
+    SECRET_ROTATION_S,
+    CookieJar,
+    new_cookie_keys,
+)
+from a3m.exon.secure.meter import RETRY
 from a3m.exon.secure.responder import _addr_bytes
+from a3m.exon.state import ExonStats
 
 from .floods import flood, settle, sources
 
@@ -72,6 +83,40 @@ def test_the_native_check_opens_what_the_jar_opens(seed: int) -> None:
     assert seen == {"valid", "invalid", "early"}, seed  # (each answer was put to the test)
 
 
+def _hello(e: bytes, index: int, token: bytes = b"") -> bytes:
+    head = p.HELLO_HDR.pack(p.VERSION, p.HELLO, len(token)) + token + e + hs.INDEX.pack(index)
+    return head + bytes(p.HELLO_SIZE - len(head))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_native_retry_is_the_responder_s(seed: int) -> None:
+    """Token-less HELLOs the budgets give a RETRY, over rotations of the jar's secrets: what
+    the native reads would send (asked before the responder runs) is the responder's RETRY,
+    byte for byte, unless the jar replaces its newest secret first (then none: the HELLO is
+    left to the responder, which rotates); asked after, it is the responder's always."""
+    rng = Random(seed)
+    stats = ExonStats()
+    sec = SecureLayer("rx", NodeKey.generate(rng.randbytes), TrustStore(), rng.randbytes, stats,
+                      deque(), lambda peer, addr: None)
+    twin = sec.cookie_keys()
+    assert isinstance(twin, native.CookieKeys)
+    now = rng.uniform(0, 1e5)
+    seen = set()
+    for step in range(300):
+        now += rng.choice([0.0, 0.001, 1.0, 7.0, 30.0, SECRET_ROTATION_S])
+        addr = rng.choice(_ADDRS)
+        hello = _hello(rng.randbytes(32), rng.getrandbits(32))
+        before = twin.retry(hello, addr, now)
+        sent = stats.retries_sent
+        sec.open_hello(hello, addr, now, RETRY)
+        (retry, to), = sec.take_control()
+        assert to == addr and retry[1] == p.RETRY and stats.retries_sent == sent + 1
+        assert before is None or before == retry, (seed, step)
+        assert twin.retry(hello, addr, now) == retry, (seed, step)
+        seen.add(before is None)
+    assert seen == {True, False}, seed  # (both answers were put to the test)
+
+
 def test_a_truncated_initiate_is_left_to_the_responder_s_count() -> None:
     twin = native.CookieKeys()
     assert twin.check_initiate(_initiate(1, bytes(32), bytes(71), 0), ("127.0.0.1", 1),
@@ -121,3 +166,40 @@ def test_a_forged_initiate_flood_is_refused_natively_and_counted() -> None:
     assert st["cookie_invalid"] + st["truncated"] == refused == n - drops
     assert st["truncated"] > 0 and st["unauth_shed"] == 0
     assert handed == 0
+
+
+def test_a_native_retry_s_token_proves_the_address_to_the_responder() -> None:
+    """At a node whose budgets give every token-less HELLO a RETRY (``handshake_rate=1``),
+    the first HELLO is the responder's (its jar makes its first secret then), the next one
+    is answered natively (nothing handed to Python); sent again with that RETRY's token, the
+    responder (Python) takes the token as proof of the address and answers with a WELCOME."""
+    rng = Random(11)
+    e = NodeKey.generate(rng.randbytes)
+    with a3m.Node("retry-rx", handshake_rate=1.0) as node, sources(1, 70) as (s,):
+        proto = node._driver.proto
+        if not hasattr(proto, "secure_python"):
+            pytest.skip("the Python engine runs (A3M_ENGINE=python)")
+        s.settimeout(10)
+
+        def answer(token: bytes, index: int = 7) -> bytes:
+            _, msg1 = hs.hello(e, "retry-rx", index)
+            head = p.HELLO_HDR.pack(p.VERSION, p.HELLO, len(token)) + token + msg1
+            s.sendto(head + bytes(p.HELLO_SIZE - len(head)), node.address)
+            try:
+                while True:
+                    d = s.recv(2048)
+                    if d[1] in (p.RETRY, p.WELCOME):
+                        return d
+            except TimeoutError:
+                pytest.fail("no answer")
+
+        assert answer(b"", 6)[1] == p.RETRY
+        before = proto.secure_python()
+        retry = answer(b"")
+        assert retry[1] == p.RETRY and retry[2:6] == hs.INDEX.pack(7)
+        assert proto.secure_python() == before  # (answered natively)
+        welcome = answer(retry[p.RETRY_HDR.size:])
+        assert welcome[1] == p.WELCOME
+        st = node.stats["exon"]
+    assert st["retries_sent"] == 2 and st["hellos_answered"] == 1
+    assert st["token_invalid"] == 0

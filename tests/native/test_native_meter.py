@@ -94,9 +94,10 @@ def test_a_hello_flood_is_shed_natively_and_every_hello_counted() -> None:
 def test_a_flood_reaches_python_only_with_the_hellos_it_answers() -> None:
     """Token-less HELLOs, each followed by garbage the secure layer's first rules refuse
     (sealed under an index of no session, a wrong version, a datagram in clear): the native
-    reads shed the HELLOs the budgets refuse and refuse the garbage, by whichever read they
-    come (the native loop's, a turn's), and behind a HELLO left to Python too (a HELLO
-    installs no session). Python is handed only the HELLOs it answers."""
+    reads shed the HELLOs the budgets refuse, answer those they give a RETRY, and refuse the
+    garbage, by whichever read they come (the native loop's, a turn's), and behind a HELLO
+    left to Python too (a HELLO installs no session). Python is handed only the HELLOs it
+    answers with a key exchange (and those the jar's rotation leaves it: none here)."""
     rng = Random(9)
     pairs = 4000
     junk = [p.SEALED_HDR.pack(p.VERSION, p.DATA, 0xBAD0000 + i, 1) + bytes(48) for i in range(7)]
@@ -113,4 +114,5 @@ def test_a_flood_reaches_python_only_with_the_hellos_it_answers() -> None:
         handed = proto.secure_python() - before
     assert _counted(st) + st["unknown_session"] + st["malformed"] + st["plain_refused"] \
         == 2 * pairs - drops
-    assert handed == st["retries_sent"] + st["hellos_answered"] + st["handshake_failed"]
+    assert st["retries_sent"] > 0
+    assert handed == st["hellos_answered"] + st["handshake_failed"]
