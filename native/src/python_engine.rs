@@ -341,6 +341,8 @@ pub struct ExonCore {
     /// The secure layer's live sessions by index and by peer (its own dicts, read here) and
     /// its rehandshake threshold: the fast path of a live session's datagrams.
     pub(crate) fast: Mutex<Option<FastPath>>,
+    /// The secure layer's queues (`SecLooks`), when it has them.
+    looks: Mutex<Option<SecLooks>>,
     refs: RefsSlot,
     events: Py<PyAny>,
     stats: Py<PyAny>,
@@ -379,17 +381,75 @@ fn cfg_of(c: &Bound<'_, PyAny>) -> PyResult<Config> {
     })
 }
 
-/// The secure layer's control datagrams (handshake and path packets, with their
-/// addresses), taken when it has any (`has_output`, then `take_control`); None: none.
-fn sec_control<'py>(s: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyList>>> {
-    let py = s.py();
-    if !s.call_method0(pyo3::intern!(py, "has_output"))?.extract::<bool>()? {
-        return Ok(None);
+/// The secure layer's own queues, read without calling it (`state.py` keeps their identity
+/// for the layer's life): its control datagrams, its timers' heap and its kept WELCOMEs'
+/// order. A turn then calls it only when it has output or a timer may be due, not three or
+/// four times a turn to hear that nothing is.
+pub(crate) struct SecLooks {
+    control: Py<PyList>,
+    timers: Py<PyList>,
+    welcomes: Py<PyAny>,
+}
+
+impl SecLooks {
+    /// The queues of `s` (None: a secure layer without them, asked by its methods).
+    fn of(s: &Bound<'_, PyAny>) -> Option<SecLooks> {
+        let py = s.py();
+        let list = |name: &Bound<'_, PyString>| s.getattr(name).ok()?.cast_into::<PyList>().ok().map(Bound::unbind);
+        Some(SecLooks {
+            control: list(pyo3::intern!(py, "_control"))?,
+            timers: list(pyo3::intern!(py, "_timers"))?,
+            welcomes: s.getattr(pyo3::intern!(py, "_welcomes_order")).ok()?.unbind(),
+        })
     }
-    Ok(Some(s.call_method0(pyo3::intern!(py, "take_control"))?.cast::<PyList>()?.clone()))
+
+    /// `has_output()`: control datagrams wait.
+    fn has_output(&self, py: Python<'_>) -> bool {
+        !self.control.bind(py).is_empty()
+    }
+
+    /// A bound below (or at) `next_timer()` and every time `handle_timer` acts on: the heap's
+    /// top (its least entry, stale ones included) and the oldest kept WELCOME's expiry;
+    /// infinity when both are empty (`next_timer()` is None then).
+    fn earliest(&self, py: Python<'_>) -> PyResult<f64> {
+        let first = |q: &Bound<'_, PyAny>| -> PyResult<f64> {
+            if q.len()? == 0 {
+                return Ok(f64::INFINITY);
+            }
+            q.get_item(0)?.get_item(0)?.extract()
+        };
+        Ok(first(self.timers.bind(py).as_any())?.min(first(self.welcomes.bind(py))?))
+    }
 }
 
 impl ExonCore {
+    /// The secure layer's control datagrams (handshake and path packets, with their
+    /// addresses), taken when it has any (`take_control`); None: none.
+    fn sec_control<'py>(&self, s: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyList>>> {
+        let py = s.py();
+        if !self.sec_has_output(s)? {
+            return Ok(None);
+        }
+        Ok(Some(s.call_method0(pyo3::intern!(py, "take_control"))?.cast::<PyList>()?.clone()))
+    }
+
+    /// The secure layer `s` has control datagrams to send (its queue read, else asked).
+    fn sec_has_output(&self, s: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = s.py();
+        if let Some(l) = locked(&self.looks).as_ref() {
+            return Ok(l.has_output(py));
+        }
+        s.call_method0(pyo3::intern!(py, "has_output"))?.extract()
+    }
+
+    /// `SecLooks::earliest` of the secure layer (None: it has no queues to read).
+    fn sec_earliest(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        match locked(&self.looks).as_ref() {
+            Some(l) => l.earliest(py).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// `SecureLayer.open` of a DATA datagram under a live session, done here when its rules
     /// are the plain ones (the session confirmed, the datagram from its proven address, no
     /// candidate path, a fresh counter, a tag that verifies): the same checks and the same
@@ -730,6 +790,7 @@ impl ExonCore {
             poll: Mutex::new(crate::poll_choice::PollChoice::new(0.0)),
             io_errors: std::sync::atomic::AtomicU64::new(0),
             fast: Mutex::new(None),
+            looks: Mutex::new(None),
             refs,
             events,
             stats,
@@ -754,6 +815,13 @@ impl ExonCore {
                 visit.call(r)?;
             }
         }
+        if let Ok(looks) = self.looks.try_lock() {
+            if let Some(l) = looks.as_ref() {
+                visit.call(&l.control)?;
+                visit.call(&l.timers)?;
+                visit.call(&l.welcomes)?;
+            }
+        }
         visit.call(&self.events)?;
         visit.call(&self.stats)?;
         visit.call(&self.config)?;
@@ -764,6 +832,9 @@ impl ExonCore {
         if let Ok(mut sec) = self.sec.try_lock() {
             *sec = None;
         }
+        if let Ok(mut looks) = self.looks.try_lock() {
+            *looks = None;
+        }
         if let Ok(mut refs) = self.refs.try_lock() {
             *refs = HostRefs::default();
         }
@@ -772,6 +843,7 @@ impl ExonCore {
     /// Attach the secure layer (made with this core's callbacks).
     fn attach_secure(&self, py: Python<'_>, sec: Py<PyAny>) -> PyResult<()> {
         let s = sec.bind(py);
+        *locked(&self.looks) = SecLooks::of(s);
         let t = s.call_method0(pyo3::intern!(py, "session_table"))?;
         let table = match t.cast::<crate::python_session::SessionTable>() {
             Ok(t) => t.borrow().inner.clone(),
@@ -914,7 +986,7 @@ impl ExonCore {
             return Ok(true);
         }
         match self.sec(py) {
-            Some(s) => s.bind(py).call_method0(pyo3::intern!(py, "has_output"))?.extract(),
+            Some(s) => self.sec_has_output(s.bind(py)),
             None => Ok(false),
         }
     }
@@ -1119,7 +1191,7 @@ impl ExonCore {
         let mut batch = OutBatch::with_capacity(bytes, count);
         let control = |b: &mut OutBatch| -> PyResult<()> {
             let Some(s) = &sec else { return Ok(()) };
-            if let Some(ctl) = sec_control(s.bind(py))? {
+            if let Some(ctl) = self.sec_control(s.bind(py))? {
                 let mut first = OutBatch::default();
                 for item in ctl.iter() {
                     let t = item.cast::<PyTuple>()?;
@@ -1246,7 +1318,7 @@ impl ExonCore {
         let result = PyList::empty(py);
         if items.is_empty() {
             if let Some(s) = &sec {
-                if let Some(ctl) = sec_control(s.bind(py))? {
+                if let Some(ctl) = self.sec_control(s.bind(py))? {
                     self.count(py, &ctl)?;
                     self.sync(py)?;
                     return Ok(ctl);
@@ -1281,7 +1353,7 @@ impl ExonCore {
         }
         let mut out = result;
         if let Some(s) = &sec {
-            if let Some(ctl) = sec_control(s.bind(py))? {
+            if let Some(ctl) = self.sec_control(s.bind(py))? {
                 let joined = ctl.call_method1(pyo3::intern!(py, "__add__"), (&out,))?;
                 out = joined.cast::<PyList>()?.clone();
             }
@@ -1294,6 +1366,13 @@ impl ExonCore {
     fn next_timer(&self, py: Python<'_>) -> PyResult<Option<f64>> {
         let t_exon = self.eng(py).exon_timer();
         if let Some(s) = self.sec(py) {
+            // The secure layer's timer cannot come first when its queues' bound does not
+            // (or they are empty): it is not asked then.
+            if let Some(bound) = self.sec_earliest(py)? {
+                if bound == f64::INFINITY || t_exon.is_some_and(|te| bound >= te) {
+                    return Ok(t_exon);
+                }
+            }
             let t: Option<f64> = s.bind(py).call_method0(pyo3::intern!(py, "next_timer"))?.extract()?;
             if let Some(ts) = t {
                 if t_exon.is_none_or(|te| ts < te) {
@@ -1307,7 +1386,10 @@ impl ExonCore {
     fn handle_timer(&self, py: Python<'_>, now: f64) -> PyResult<()> {
         self.eng(py).timer_ack_due(now);
         if let Some(s) = self.sec(py) {
-            s.bind(py).call_method1(pyo3::intern!(py, "handle_timer"), (now,))?;
+            // (nothing of the secure layer's is due before its queues' bound)
+            if self.sec_earliest(py)?.is_none_or(|bound| bound <= now) {
+                s.bind(py).call_method1(pyo3::intern!(py, "handle_timer"), (now,))?;
+            }
         }
         self.eng(py).handle_exon_timers(now);
         self.sync(py)

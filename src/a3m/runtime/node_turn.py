@@ -13,6 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from a3m.core.node_core import NodeCore
+from a3m.core.transport import ExonBridge
+
 #: While an inbox holds messages sent with a cookie, the I/O thread looks this often for
 #: those the application took (their outcome is reported at that turn, or sooner).
 AHEAD_LOOK_S = 0.002
@@ -26,9 +29,10 @@ def upper_deadline(node: Any) -> float | None:
     take, the end of the cork window (see :func:`after_call`; past: at once). Output that
     waits for Exon's window sets no deadline: the ACK that opens the window comes through
     the socket, and its turn pumps."""
-    core = node._core
+    core: NodeCore = node._core  # (typed: its methods are called directly, not by name)
+    bridge: ExonBridge = node._bridge
     t: float | None = core.next_timer()
-    if node._buffering or node._bridge.ready():
+    if node._buffering or bridge.ready():
         due: float = node._cork.until
         if t is None or due < t:
             t = due
@@ -49,7 +53,8 @@ def upper_deadline(node: Any) -> float | None:
 
 def upper_output(node: Any) -> bool:
     """The node has output that :func:`on_turn` hands to the protocol."""
-    return bool(node._buffering or node._stalled) or bool(node._bridge.ready())
+    bridge: ExonBridge = node._bridge
+    return bool(node._buffering or node._stalled) or bridge.ready()
 
 
 def on_turn(node: Any, now: float) -> None:
@@ -57,7 +62,7 @@ def on_turn(node: Any, now: float) -> None:
     sends and read-ahead reports, the core's output into Exon, the listeners."""
     if now >= node._shed_look_at and node._proto.secure is not None:
         node._look_at_handshakes(now)
-    core = node._core
+    core: NodeCore = node._core
     if core.nodes_watched:
         node._list_nodes(now)
     t = core.next_timer()
@@ -69,7 +74,8 @@ def on_turn(node: Any, now: float) -> None:
     if node._reading_ahead:
         for sock in list(node._reading_ahead):
             sock._report()
-    node._bridge.pump(now)
+    bridge: ExonBridge = node._bridge
+    bridge.pump(now)
     if node._listeners:  # (an empty list's loop makes an iterator all the same)
         for fn in node._listeners:
             fn()
@@ -93,7 +99,8 @@ def after_call(node: Any, now: float = -1.0, sock: Any = None) -> None:
         last = cork.sent_at  # (cork.follows(now), inline)
         cork.sent_at = now
         corked = now - last < cork.window_s
-    bridge = node._bridge
+    bridge: ExonBridge = node._bridge
+    core: NodeCore = node._core
     if corked:
         if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
             sock._open_buffer(cork.due(now))
@@ -102,7 +109,7 @@ def after_call(node: Any, now: float = -1.0, sock: Any = None) -> None:
     elif idle and bridge.has_output():
         bridge.pump(time.monotonic())
         drv.flush()
-    elif node._core.taken_waiting():  # a report alone waits a little for company
+    elif core.taken_waiting():  # a report alone waits a little for company
         now = time.monotonic()
         if node._taken_due < now:  # (else: an earlier report's delay runs already)
             node._taken_due = now + TAKEN_DELAY_S

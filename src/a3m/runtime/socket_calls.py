@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from a3m.core.link import REASONS
 from a3m.core.socket_core import SocketCore
 from a3m.errors import LinkRefused, Timeout, UsageError, WouldBlock
+from a3m.runtime.node_turn import after_call
 
 _T = TypeVar("_T")
 
@@ -102,11 +103,11 @@ def sent(sock: Any, core: SocketCore, now: float, waited: bool) -> None:
     other request, or reply, for the window: a third more to a REQ/REP round trip's p50)."""
     node = sock.node
     if core.exchange:
-        node._after_call(-1.0, sock)
+        after_call(node, -1.0, sock)  # (node._after_call is this, bound: called direct)
         return
     if waited and core.plain_send:
         node._cork.sent_at = now
-    node._after_call(now, sock)
+    after_call(node, now, sock)
 
 
 def take(sock: Any, fn: Callable[[], _T | None], timeout: float | None, what: str) -> _T:
@@ -124,7 +125,7 @@ def take(sock: Any, fn: Callable[[], _T | None], timeout: float | None, what: st
             core.node.now = now
             out = fn()
             if out is not None:
-                node._after_call()
+                after_call(node)
                 return out
             if sock._closed or node._closed or not drv._running or drv._lingering:
                 sock._check_open()  # (it raises)
@@ -157,7 +158,7 @@ def recv_now(sock: Any) -> bytes | None:
         else:
             out = core.try_recv_payload()
         if out is not None:
-            node._after_call()
+            after_call(node)
             return out
         if sock._closed or node._closed or not drv._running or drv._lingering:
             sock._check_open()  # (it raises)

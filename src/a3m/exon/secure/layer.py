@@ -200,6 +200,9 @@ class SecureLayer(ResponderPart):
     # ------------------------------------------------------------------ timers
 
     def handle_timer(self, now: float) -> None:
+        """The sessions' and handshakes' timers due by ``now``, and the kept WELCOMEs past
+        their time; nothing before the earliest of them (the native engine, which reads the
+        two queues, does not call it then)."""
         timers = self._timers
         while timers and timers[0][0] <= now:
             t, _, obj = heapq.heappop(timers)
@@ -212,10 +215,6 @@ class SecureLayer(ResponderPart):
                 self._session_timer(obj, now)
         if self._welcomes_order and self._welcomes_order[0][0] <= now:
             self._expire_welcomes(now)
-        live = len(self._by_index) + len(self._pending)
-        if len(timers) > 64 and len(timers) > 4 * live:  # drop the stale entries
-            self._timers = [e for e in timers if e[2].alive and e[2].timer_at == e[0]]
-            heapq.heapify(self._timers)
 
 
     def _session_timer(self, s: Session, now: float) -> None:

@@ -180,6 +180,9 @@ class SecureState:
         #: that HELLO is answered with the same bytes (WELCOME_REPEAT_S), in a FIFO of expiry.
         self._welcomes: dict[bytes, tuple[float, bytes]] = {}
         self._welcomes_order: deque[tuple[float, bytes]] = deque()
+        # These three keep their identity for the layer's life: the native engine reads them
+        # as they are (whether there is output; the earliest timer, a bound) instead of
+        # calling has_output, next_timer and handle_timer at every turn (python_engine.rs).
         self._control: list[tuple[bytes, Address]] = []
         self._timers: list[tuple[float, int, Session | Initiation]] = []
         self._seq = 0
@@ -241,7 +244,8 @@ class SecureState:
 
     def take_control(self) -> list[tuple[bytes, Address]]:
         """Handshake and path packets (and datagrams a completed handshake released)."""
-        out, self._control = self._control, []
+        out = self._control.copy()  # (the list itself stays: see __init__)
+        self._control.clear()
         return out
 
     def peer_key(self, peer: str) -> bytes | None:
@@ -338,5 +342,10 @@ class SecureState:
         if t < obj.timer_at:
             obj.timer_at = t
             self._seq += 1
-            heapq.heappush(self._timers, (t, self._seq, obj))
+            timers = self._timers
+            heapq.heappush(timers, (t, self._seq, obj))
+            live = len(self._by_index) + len(self._pending)
+            if len(timers) > 64 and len(timers) > 4 * live:  # drop the stale entries
+                timers[:] = [e for e in timers if e[2].alive and e[2].timer_at == e[0]]
+                heapq.heapify(timers)  # (in place: see __init__)
 
