@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from a3m.core.node_core import NodeCore
 from a3m.core.transport import ExonBridge
 
 #: While an inbox holds messages sent with a cookie, the I/O thread looks this often for
@@ -29,8 +28,8 @@ def upper_deadline(node: Any) -> float | None:
     take, the end of the cork window (see :func:`after_call`; past: at once). Output that
     waits for Exon's window sets no deadline: the ACK that opens the window comes through
     the socket, and its turn pumps."""
-    core: NodeCore = node._core  # (typed: its methods are called directly, not by name)
-    bridge: ExonBridge = node._bridge
+    bridge: ExonBridge = node._bridge  # (typed: its methods are called directly, not by name)
+    core = bridge.core  # (the node's own: an attribute of a compiled class, read directly)
     t: float | None = core.next_timer()
     if node._buffering or bridge.ready():
         due: float = node._cork.until
@@ -62,7 +61,8 @@ def on_turn(node: Any, now: float) -> None:
     sends and read-ahead reports, the core's output into Exon, the listeners."""
     if now >= node._shed_look_at and node._proto.secure is not None:
         node._look_at_handshakes(now)
-    core: NodeCore = node._core
+    bridge: ExonBridge = node._bridge
+    core = bridge.core
     if core.nodes_watched:
         node._list_nodes(now)
     t = core.next_timer()
@@ -74,7 +74,6 @@ def on_turn(node: Any, now: float) -> None:
     if node._reading_ahead:
         for sock in list(node._reading_ahead):
             sock._report()
-    bridge: ExonBridge = node._bridge
     bridge.pump(now)
     if node._listeners:  # (an empty list's loop makes an iterator all the same)
         for fn in node._listeners:
@@ -100,7 +99,6 @@ def after_call(node: Any, now: float = -1.0, sock: Any = None) -> None:
         cork.sent_at = now
         corked = now - last < cork.window_s
     bridge: ExonBridge = node._bridge
-    core: NodeCore = node._core
     if corked:
         if sock is not None and sock._sbuf.room == 0 and not sock._sbuf.stalled:
             sock._open_buffer(cork.due(now))
@@ -109,7 +107,7 @@ def after_call(node: Any, now: float = -1.0, sock: Any = None) -> None:
     elif idle and bridge.has_output():
         bridge.pump(time.monotonic())
         drv.flush()
-    elif core.taken_waiting():  # a report alone waits a little for company
+    elif bridge.core.taken_waiting():  # a report alone waits a little for company
         now = time.monotonic()
         if node._taken_due < now:  # (else: an earlier report's delay runs already)
             node._taken_due = now + TAKEN_DELAY_S
