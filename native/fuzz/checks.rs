@@ -156,7 +156,7 @@ pub fn open(data: &[u8]) -> Option<Vec<u8>> {
 /// The same input as a HELLO: a RETRY only for a token-less HELLO of its size, never a panic.
 pub fn initiate(data: &[u8]) {
     let mut keys = CookieKeys::default();
-    keys.set(&[(0, KEY.to_vec()), (1, vec![0x43; 32]), (2, vec![0x44; 31])], 0.5);
+    keys.set(&[(0, KEY.to_vec()), (1, vec![0x43; 32]), (2, vec![0x44; 31])], 0.5, 60.0);
     let from: std::net::SocketAddr = "192.0.2.1:9".parse().expect("an address");
     match keys.check_initiate(data, &from, 1.0) {
         None => assert!(data.len() < cookie_keys::INITIATE_MIN),

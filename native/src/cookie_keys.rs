@@ -30,9 +30,6 @@ const INITIATE_HEAD: usize = 6;
 const KEY_BYTES: usize = 32;
 /// An INITIATE shorter than this is truncated (the responder counts it so).
 pub const INITIATE_MIN: usize = INITIATE_HEAD + KEY_BYTES + COOKIE_BYTES;
-/// The jar replaces its newest secret this long after it became current
-/// (`SECRET_ROTATION_S`).
-pub const ROTATION_S: f64 = LIFETIME_S / 2.0;
 /// Bytes of an address token: the time it was made, then the MAC's first 16 bytes.
 pub const TOKEN_BYTES: usize = 24;
 /// A token-less HELLO's e and index follow its header (version, type, token length).
@@ -51,20 +48,23 @@ pub enum Check {
 }
 
 /// The jar's secrets, newest first (three at most), each with its epoch (modulo 256).
-/// The newest secret's MAC key and when it became current, for tokens.
+/// The newest secret's MAC key, for tokens, when it became current and how long the jar keeps
+/// it current (the jar's own rule, handed over with the secrets).
 #[derive(Default)]
 pub struct CookieKeys {
     keys: Vec<(u8, LessSafeKey)>,
     mac: Option<hmac::Key>,
     since: f64,
+    rotation_s: f64,
 }
 
 impl CookieKeys {
-    /// The jar rotated at `since`: these are its secrets now, newest first. A secret that is
-    /// not 32 bytes is left out (the jar makes none).
-    pub fn set(&mut self, secrets: &[(u8, Vec<u8>)], since: f64) {
+    /// The jar rotated at `since` and rotates again `rotation_s` later: these are its secrets
+    /// now, newest first. A secret that is not 32 bytes is left out (the jar makes none).
+    pub fn set(&mut self, secrets: &[(u8, Vec<u8>)], since: f64, rotation_s: f64) {
         self.mac = secrets.first().filter(|(_, s)| s.len() == 32).map(|(_, s)| hmac::Key::new(hmac::HMAC_SHA256, s));
         self.since = since;
+        self.rotation_s = rotation_s;
         self.keys = secrets
             .iter()
             .filter_map(|(epoch, s)| {
@@ -128,12 +128,14 @@ impl CookieKeys {
 }
 
 impl CookieKeys {
-    /// `CookieJar.token(bound, now)`, or None when the jar would replace its newest secret
-    /// first (due, or a clock that went back past the rotation): left to the jar.
+    /// `CookieJar.token(bound, now)`, or None outside the newest secret's span: the jar would
+    /// replace it first (its own test, `now - since >= rotation_s`), or `now` is before it
+    /// became current (a token dated then is checked against the secret before it): left to
+    /// the jar.
     pub fn token(&self, bound: &[u8], now: f64) -> Option<[u8; TOKEN_BYTES]> {
         let mac = self.mac.as_ref()?;
         let age = now - self.since;
-        if !(0.0..ROTATION_S).contains(&age) {
+        if !(0.0..self.rotation_s).contains(&age) {
             return None;
         }
         let ts = now.to_be_bytes();
@@ -196,7 +198,7 @@ mod tests {
 
     fn keys(list: &[(u8, [u8; 32])]) -> CookieKeys {
         let mut k = CookieKeys::default();
-        k.set(&list.iter().map(|(e, s)| (*e, s.to_vec())).collect::<Vec<_>>(), 0.0);
+        k.set(&list.iter().map(|(e, s)| (*e, s.to_vec())).collect::<Vec<_>>(), 0.0, 60.0);
         k
     }
 
@@ -251,8 +253,8 @@ mod tests {
         ctx.update(&10.0f64.to_be_bytes());
         assert_eq!(&t[8..], &ctx.sign().as_ref()[..16]);
         assert_ne!(k.token(b"other", 10.0).unwrap(), t);
-        assert!(k.token(b"bound", ROTATION_S - 0.001).is_some());
-        assert!(k.token(b"bound", ROTATION_S).is_none()); // the jar rotates first
+        assert!(k.token(b"bound", 59.999).is_some());
+        assert!(k.token(b"bound", 60.0).is_none()); // the jar rotates first
         assert!(k.token(b"bound", -1.0).is_none());
         assert!(CookieKeys::default().token(b"bound", 1.0).is_none());
     }

@@ -39,19 +39,13 @@ impl CookieKeys {
     }
 
     /// The jar's secrets now, newest first: `(epoch, secret)` pairs; the newest became
-    /// current at `since`.
-    fn set(&self, secrets: Vec<(u8, Vec<u8>)>, since: f64) {
-        keys_lock(&self.shared).set(&secrets, since);
-    }
-
-    /// `CookieJar.token(bound, now)`, or None when the jar would replace its newest secret
-    /// first (the native reads then leave the HELLO to the responder).
-    fn token<'py>(&self, py: Python<'py>, bound: &[u8], now: f64) -> Option<Bound<'py, PyBytes>> {
-        keys_lock(&self.shared).token(bound, now).map(|t| PyBytes::new(py, &t))
+    /// current at `since` and is replaced `rotation_s` later.
+    fn set(&self, secrets: Vec<(u8, Vec<u8>)>, since: f64, rotation_s: f64) {
+        keys_lock(&self.shared).set(&secrets, since, rotation_s);
     }
 
     /// The RETRY the native reads send for the token-less HELLO `d` from `addr` (a numeric
-    /// address tuple), the responder's own, or None (see `token`).
+    /// address tuple), the responder's own, or None (outside the newest secret's span: `cookie_keys.rs`).
     fn retry<'py>(&self, py: Python<'py>, d: &[u8], addr: &Bound<'py, PyTuple>, now: f64) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let sa = socket_addr(addr)?;
         Ok(keys_lock(&self.shared).retry(d, &sa, now).map(|r| PyBytes::new(py, &r)))

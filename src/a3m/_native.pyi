@@ -154,14 +154,13 @@ class CookieKeys:
     :meth:`a3m.exon.secure.cookies.CookieJar.open` and ``token``."""
 
     def __init__(self) -> None: ...
-    def set(self, secrets: list[tuple[int, bytes]], since: float) -> None:
-        """The jar's secrets, newest first; the newest became current at ``since``."""
-    def token(self, bound: bytes, now: float) -> bytes | None:
-        """``CookieJar.token(bound, now)``, or None when the jar would replace its newest
-        secret first."""
+    def set(self, secrets: list[tuple[int, bytes]], since: float, rotation_s: float) -> None:
+        """The jar's secrets, newest first; the newest became current at ``since`` and is
+        replaced ``rotation_s`` later (the jar's ``SECRET_ROTATION_S``)."""
     def retry(self, d: bytes, addr: tuple[Any, ...], now: float) -> bytes | None:
-        """The responder's RETRY to token-less HELLO ``d`` from ``addr``, or None (not such a
-        HELLO, or no token now)."""
+        """The responder's RETRY to token-less HELLO ``d`` from ``addr`` (its token is
+        ``CookieJar.token``'s), or None: not such a HELLO, or ``now`` outside the newest
+        secret's span."""
     def __len__(self) -> int: ...
     def opens(self, cookie: bytes, bound: bytes, now: float) -> bool:
         """``CookieJar.open(cookie, bound, now) is not None``."""

@@ -38,8 +38,8 @@ class CookieJar:
     :meth:`open` reads them as they are, so a check changes nothing. A rotation's new secret
     has sealed nothing yet, and the secret it retires sealed only cookies past their life,
     so opening before a due rotation gives what opening after it would. ``twin``, when
-    given (``a3m._native.CookieKeys``), is told every rotation (the secrets, and when the
-    newest became current): the native reads refuse a forged INITIATE from it, and make the
+    given (``a3m._native.CookieKeys``), is told every rotation (the secrets, when the newest
+    became current and how long it stays so): the native reads refuse a forged INITIATE from it, and make the
     token of a HELLO's RETRY while the newest secret is not due, before any Python runs.
     """
 
@@ -63,7 +63,8 @@ class CookieJar:
             self._epochs = [self._epoch] + self._epochs[:2]
             self._rotated_at = now
             if self.twin is not None:
-                self.twin.set(list(zip(self._epochs, self._secrets, strict=True)), now)
+                self.twin.set(list(zip(self._epochs, self._secrets, strict=True)), now,
+                              SECRET_ROTATION_S)
         return self._secrets
 
     @staticmethod
