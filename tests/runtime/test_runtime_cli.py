@@ -87,6 +87,11 @@ def test_bench_reqrep_reports_the_work_per_round_trip() -> None:
     # The A3M sides run Python per round trip (its runtime, its patterns): counted.
     assert out["work"]["client"]["py_calls"] > 1  # type: ignore[index]
     assert out["work"]["server"]["py_calls"] > 1  # type: ignore[index]
+    # The Exon transport alone on the same runtime ran beside it: its round trips, and what
+    # the node layer adds to them.
+    exon = out["baselines"]["a3m_exon"]  # type: ignore[index]
+    assert exon["p50_us"] > 0 and exon["work"]["client"]["per"] >= 398, exon
+    assert out["p50_over_exon_us"] == round(out["p50_us"] - exon["p50_us"], 1)
 
 
 def test_bench_reqrep_asyncio_counts_the_work_per_round_trip() -> None:

@@ -41,6 +41,8 @@ THROUGHPUT_BASELINES = (
 INSECURE = "a3m_insecure"
 #: With ``cookies``: the baseline that runs A3M the same way without them.
 NO_COOKIES = "a3m_no_cookies"
+#: reqrep: the Exon transport alone on the same runtime (no node layer), same parameters.
+EXON = "a3m_exon"
 
 
 def _opted_out(side: Side) -> Side:
@@ -121,7 +123,7 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
             bparams = dict(params) if bname == INSECURE else {"messages": n, "size": size}
             if count:
                 bparams["count"] = True
-            if bname == NO_COOKIES:
+            if bname in (NO_COOKIES, EXON):
                 bparams = {k: v for k, v in params.items() if k != "cookies"}
             try:
                 r, t = run_pair(brx, btx, bparams, placement=placement)
@@ -142,6 +144,12 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
         result["vs_raw_udp"] = round(result["msgs_per_s"] / base["raw_udp"]["msgs_per_s"], 3)
     if wl.metric == "latency" and base.get("pyzmq", {}).get("p50_us"):
         result["p50_vs_pyzmq"] = round(result["p50_us"] / base["pyzmq"]["p50_us"], 3)
+    if wl.metric == "latency" and base.get(EXON, {}).get("p50_us"):
+        # what the node layer (sockets, links, patterns) adds to the transport's round trip
+        result["p50_over_exon_us"] = round(result["p50_us"] - base[EXON]["p50_us"], 1)
+        if base.get("pyzmq", {}).get("p50_us"):
+            result["exon_p50_vs_pyzmq"] = round(base[EXON]["p50_us"] / base["pyzmq"]["p50_us"],
+                                                3)
     plain = base.get(NO_COOKIES, {})
     if wl.metric != "latency" and plain.get("msgs_per_s"):
         result["vs_no_cookies"] = round(result["msgs_per_s"] / plain["msgs_per_s"], 3)
@@ -178,6 +186,7 @@ def _reqrep() -> None:
 
     register(Workload("reqrep", rr.a3m_server, rr.a3m_client, metric="latency", baselines=(
         _insecure(rr.a3m_server, rr.a3m_client),
+        (EXON, "a3m", rr.exon_server, rr.exon_client),
         ("raw_udp", "socket", rr.udp_server, rr.udp_client),
         ("pyzmq", "zmq", rr.zmq_server, rr.zmq_client),
         ("pynng", "pynng", rr.nng_server, rr.nng_client))))

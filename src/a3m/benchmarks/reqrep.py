@@ -1,4 +1,7 @@
-"""Request/reply round trips: A3M REQ/REP, raw UDP ping-pong, pyzmq and pynng REQ/REP.
+"""Request/reply round trips: A3M REQ/REP, raw UDP ping-pong, pyzmq and pynng REQ/REP, and
+the Exon transport alone under the same runtime (``a3m_exon``: ``a3m.exon.Endpoint`` ping-pong,
+no sockets, links or patterns), so that every run shows what A3M's node layer adds to a round
+trip beside what its transport and driver cost.
 
 The server plays the "receiver" role (it starts first), the client measures each round trip.
 """
@@ -110,6 +113,55 @@ def a3m_client(address: Any, results: Any, messages: int, size: int, check: bool
             req.close(timeout=10)
         results.put(latency_report(samples, wrong_answers=wrong, sent=len(samples),
                                    cookies=cookies, work=done))
+    except Exception as exc:
+        results.put({"side": "sender", "error": repr(exc)})
+
+
+# ------------------------------------------------------------------ the transport alone
+
+def exon_server(ready: Any, results: Any, messages: int, size: int, secure: bool = True,
+                count: bool = False, busy_poll_s: float | None = None, **_: Any) -> None:
+    """Echo each payload to the node it came from: an Exon ``Endpoint`` on the runtime's
+    driver, as a node's, without the node's sockets above it."""
+    from a3m.exon import Endpoint
+
+    try:
+        work = Work(count)
+        with Endpoint("bench-exon-rep", **net_options(False, secure, busy_poll_s)) as ep:
+            ready.put(ep.address)
+            for i in range(_n(messages)):
+                src, payload = ep.recv(timeout=600)
+                ep.send(src, payload, timeout=60)
+                if i == 0:
+                    work.start()
+            done = work.report(_n(messages) - 1)
+            time.sleep(0.2)  # the last reply's ACK
+        results.put({"side": "receiver", "served": _n(messages), "work": done})
+    except Exception as exc:
+        results.put({"side": "receiver", "error": repr(exc)})
+
+
+def exon_client(address: Any, results: Any, messages: int, size: int, secure: bool = True,
+                count: bool = False, busy_poll_s: float | None = None, **_: Any) -> None:
+    from a3m.exon import Endpoint
+
+    try:
+        work = Work(count)
+        with Endpoint("bench-exon-req", **net_options(False, secure, busy_poll_s)) as ep:
+            ep.associate("bench-exon-rep", tuple(address))
+            ep.send("bench-exon-rep", b"hello", timeout=30)  # the session's set-up, untimed
+            ep.recv(timeout=30)
+            payload = b"e" * size
+            samples, wrong = [], 0
+            work.start()
+            for _ in range(_n(messages) - 1):
+                t0 = time.perf_counter()
+                ep.send("bench-exon-rep", payload, timeout=60)
+                answer = ep.recv(timeout=60)[1]
+                samples.append(time.perf_counter() - t0)
+                wrong += answer != payload
+            done = work.report(_n(messages) - 1)
+        results.put(latency_report(samples, wrong_answers=wrong, work=done))
     except Exception as exc:
         results.put({"side": "sender", "error": repr(exc)})
 
