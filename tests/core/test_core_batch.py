@@ -240,3 +240,30 @@ def test_each_batch_is_the_longest_run_that_fits(seed: int) -> None:
     for dst, data in out:
         p.nodes[dst].receive("a", data, p.now)
     assert pull.try_recv_many(5000) == payloads
+
+
+def test_an_exchange_hands_its_data_to_the_output_at_once_not_through_the_cork() -> None:
+    """A request or a reply (REQ, REP: one at a time per link) never makes a BATCH: it goes to
+    the node's output when sent, while a stream's DATA waits on its link for the hand-off."""
+    p = Pipe("a", "b")
+    req = p.nodes["a"].create("REQ", "req")
+    rep = p.nodes["b"].create("REP", "rep")
+    req.link(("b", "rep"), p.now)
+    p.run()
+    link = req.links[("b", "rep")]
+    assert link.batches  # the peer takes BATCHes: a stream's send would cork here
+    assert req.try_send(b"question")
+    node = p.nodes["a"]
+    assert not link.pending and not node._corked and len(node._out) == 1
+    p.run()
+    got = rep.try_recv()
+    assert got is not None and got.payload == b"question"
+    assert rep.try_send(b"answer")
+    assert not rep.links[("a", "req")].pending and len(p.nodes["b"]._out) == 1
+    p.run()
+    answer = req.try_recv()
+    assert answer is not None and answer.payload == b"answer"
+    assert sent_types(p) == [m.DATA]  # (the replies' too: sent_types reads node a's)
+    push, _ = linked(p)
+    assert push.try_send(b"stream")
+    assert push.links[B].pending == [b"stream"] and p.nodes["a"]._corked

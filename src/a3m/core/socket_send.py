@@ -181,7 +181,10 @@ class SendPath(CookiePart):
             cookie = self._cookie
             if cookie is not None:
                 self.jar.add(link.peer, link.my_inc, seq, cookie)
-            if link.batches and link.peer[0] != node.node_id:
+            # An exchange's DATA (a request, a reply: one at a time per link) never makes a
+            # BATCH: it goes to the output at once, not through the node's cork.
+            if link.batches and link.peer[0] != node.node_id and (
+                    not self.exchange or link.pending):
                 pending = link.pending  # (as _hold does, inline: once per message)
                 if not pending:
                     link.pending_seq = seq
