@@ -12,12 +12,16 @@
 //!   the same bytes as an INITIATE (`cookie_keys`): never panics, never a cookie that opens.
 //! - `split_batch`: never panics; a body that splits is made again, byte for byte, from its
 //!   payloads; a refusal is one of the three of `batch`.
+//! - `decode_sequenced`: never panics; a message that reads is made again, byte for byte,
+//!   from its fields (its tags, incarnations, type, sequence number and payload); a refusal is
+//!   one of the four of `sequenced`.
 
 #![allow(dead_code)]
 
 use a3m_native::aead::{self, Cipher};
 use a3m_native::cookie_keys::{self, Check, CookieKeys};
 use a3m_native::batch;
+use a3m_native::sequenced;
 use a3m_native::wire::{self, Frame, WireError};
 
 /// The message-size bounds each datagram is decoded at (as the Python replay does).
@@ -190,6 +194,32 @@ pub fn split_batch(data: &[u8]) -> Option<usize> {
             assert!([batch::CUT_SHORT, batch::COUNT_DOES_NOT_FIT, batch::LENGTHS_DO_NOT_MATCH]
                 .contains(&why));
             None
+        }
+    }
+}
+
+/// The checks of `sequenced::decode` on `data`; whether it read.
+pub fn decode_sequenced(data: &[u8]) -> bool {
+    match sequenced::decode(data) {
+        Ok(m) => {
+            assert!(!m.src_tag.is_empty() && !m.dst_tag.is_empty() && m.seq != 0);
+            assert!(sequenced::is_sequenced(m.mtype));
+            let mut head = vec![m.src_tag.len() as u8];
+            head.extend_from_slice(m.src_tag.as_bytes());
+            head.push(m.dst_tag.len() as u8);
+            head.extend_from_slice(m.dst_tag.as_bytes());
+            head.extend_from_slice(&m.src_inc.to_be_bytes());
+            head.extend_from_slice(&m.dst_inc.to_be_bytes());
+            let mut again = vec![0u8; batch::data_len(head.len(), m.payload.len()).expect("it fit")];
+            batch::write_data(&mut again, &head, m.seq, m.payload);
+            again[3] = m.mtype;
+            assert_eq!(again, data, "a message read is made again differently");
+            true
+        }
+        Err(why) => {
+            assert!([sequenced::CUT_SHORT, sequenced::NOT_SEQUENCED, sequenced::EMPTY_TAG, sequenced::SEQ_ZERO]
+                .contains(&why));
+            false
         }
     }
 }

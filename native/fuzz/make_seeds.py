@@ -1,7 +1,7 @@
 """Seed the fuzz corpora with valid datagrams (and a few damaged ones), made by the Python
 twins, the specification: ``.venv/bin/python native/fuzz/make_seeds.py DIR`` writes
-``DIR/<target>/<sha1>`` (libFuzzer's naming) for decode_frames, decode_header, aead_open
-and split_batch.
+``DIR/<target>/<sha1>`` (libFuzzer's naming) for decode_frames, decode_header, aead_open,
+split_batch and decode_sequenced.
 The kept corpora (tests/fuzz/corpus/) were seeded so, then fuzzed and minimized
 (docs/testing.md, "The native data plane").
 """
@@ -12,6 +12,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+from a3m.core import message
 from a3m.core.message import encode_batch_body
 from a3m.exon import wire
 from a3m.exon.secure import packets
@@ -69,6 +70,18 @@ def batch_bodies() -> list[bytes]:
                    good[0] + b"!", b"\x00\x00\x00\x02\xff\xff\xff\xff\x00\x00\x00\x0d"]
 
 
+def sequenced() -> list[bytes]:
+    def msg(src: bytes, dst: bytes, seq: int, payload: bytes, mtype: int = message.DATA) -> bytes:
+        head = message.data_head(src, dst, 7, U64)
+        return message.encode_with_head(head, seq, payload, mtype)
+
+    good = [msg(b"\x03req", b"\x03rep", 1, b"\x00\x00\x00\x01hello"),
+            msg(b"\x02n\xc3\xa9", b"\xff" + b"m" * 255, U64, b"", message.BATCH),
+            msg(b"\x01a", b"\x01b", 1 << 63 | 9, bytes(range(256)), message.PATTERN_MIN)]
+    return good + [b"", good[0][:8], good[0][:14], good[0][:-6], msg(b"\x03req", b"\x03rep", 0, b""),
+                   good[0][:9] + b"\xff" + good[0][10:], good[0][:3] + b"\x03" + good[0][4:]]
+
+
 def write(root: Path, target: str, items: list[bytes]) -> None:
     d = root / target
     d.mkdir(parents=True, exist_ok=True)
@@ -82,3 +95,4 @@ if __name__ == "__main__":
     write(root, "decode_header", datagrams())
     write(root, "aead_open", sealed())
     write(root, "split_batch", batch_bodies())
+    write(root, "decode_sequenced", sequenced())

@@ -17,6 +17,7 @@ pub mod meter;
 pub mod order_lock;
 pub mod poll_choice;
 pub mod replay;
+pub mod sequenced;
 pub mod udp;
 pub mod wire;
 

@@ -1,14 +1,20 @@
-//! The bindings of `batch`: a link's BATCHes made and split, twins of
-//! `a3m.core.message.batch_runs` and `split_batch` (the specification; the core calls these
-//! where `a3m.NATIVE`). One call per BATCH: no Python object per message beyond its payload.
+//! The bindings of the core message codec: a link's BATCHes made and split (`batch`) and a
+//! sequenced message read (`sequenced`), twins of `a3m.core.message.batch_runs`,
+//! `split_batch` and `decode_sequenced` (the specification; the core calls these where
+//! `a3m.NATIVE`). One call per message or BATCH: no Python object per message beyond its
+//! payload and its fields.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::batch;
 use crate::python::guard;
+use crate::sequenced;
 
 static PROTOCOL_VIOLATION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -73,7 +79,39 @@ fn batch_runs<'py>(py: Python<'py>, head: &[u8], seq: u64, payloads: &Bound<'py,
     })
 }
 
+/// Tags seen, as the twin's `_TAGS` keeps them (its bound too: emptied past 4096): a message
+/// of a known link makes no string.
+static TAGS: PyOnceLock<Mutex<TagCache>> = PyOnceLock::new();
+type TagCache = HashMap<Box<[u8]>, Py<PyString>>;
+const TAG_CACHE: usize = 4096;
+
+fn tag<'py>(py: Python<'py>, s: &str) -> Bound<'py, PyString> {
+    let cache = TAGS.get_or_init(py, || Mutex::new(HashMap::new()));
+    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(t) = map.get(s.as_bytes()) {
+        return t.bind(py).clone();
+    }
+    if map.len() > TAG_CACHE {
+        map.clear();
+    }
+    let t = PyString::new(py, s);
+    map.insert(s.as_bytes().into(), t.clone().unbind());
+    t
+}
+
+/// `(type, src_tag, dst_tag, src_inc, dst_inc, seq, payload)` of a DATA, BATCH or pattern
+/// message (BATCH: its body); raises `a3m.errors.ProtocolViolation` with the twin's texts.
+#[pyfunction]
+fn decode_sequenced<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyTuple>> {
+    guard("decode_sequenced", || {
+        let m = sequenced::decode(data).map_err(|why| violation(py, why))?;
+        let payload = PyBytes::new(py, m.payload);
+        (m.mtype, tag(py, m.src_tag), tag(py, m.dst_tag), m.src_inc, m.dst_inc, m.seq, payload).into_pyobject(py)
+    })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(decode_sequenced, m)?)?;
     m.add_function(wrap_pyfunction!(split_batch, m)?)?;
     m.add_function(wrap_pyfunction!(batch_runs, m)?)?;
     Ok(())

@@ -1,7 +1,7 @@
 //! The kept fuzz corpora (`tests/fuzz/corpus/<target>/`, made by `native/fuzz`) replayed on
 //! every `cargo test`: each file through the checks its target makes (`native/fuzz/checks.rs`:
 //! no panic, errors "truncated" or "malformed", decoded frames lying back to back and TOKEN
-//! and ACK re-encoding to their bytes, what opens sealing back, a split BATCH body made again). The codec's corpora go through
+//! and ACK re-encoding to their bytes, what opens sealing back, a split BATCH body and a read message made again). The codec's corpora go through
 //! both decoders' checks. A failing file is named.
 
 #[path = "../fuzz/checks.rs"]
@@ -11,7 +11,7 @@ use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-const TARGETS: [&str; 4] = ["aead_open", "decode_frames", "decode_header", "split_batch"];
+const TARGETS: [&str; 5] = ["aead_open", "decode_frames", "decode_header", "decode_sequenced", "split_batch"];
 
 fn corpus_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fuzz/corpus")
@@ -87,6 +87,12 @@ fn aead_open_corpus() {
 fn split_batch_corpus() {
     let split = replay_counting("split_batch", |data| checks::split_batch(data).is_some());
     assert!(split > 0, "no body of the split_batch corpus splits");
+}
+
+#[test]
+fn decode_sequenced_corpus() {
+    let read = replay_counting("decode_sequenced", checks::decode_sequenced);
+    assert!(read > 0, "no message of the decode_sequenced corpus reads");
 }
 
 #[test]

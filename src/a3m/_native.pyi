@@ -46,6 +46,9 @@ def batch_runs(head: bytes, seq: int, payloads: list[bytes], limit: int) -> list
 def split_batch(body: bytes) -> list[bytes]:
     """Twin of :func:`a3m.core.message.split_batch`; raises its ``ProtocolViolation``."""
 
+def decode_sequenced(data: bytes) -> tuple[int, str, str, int, int, int, bytes]:
+    """Twin of :func:`a3m.core.message.decode_sequenced`; raises its ``ProtocolViolation``."""
+
 class Cipher:
     """One direction of a secure session, ChaCha20-Poly1305 (ring); twin of
     :class:`a3m.exon.secure.aead.PyCipher`."""

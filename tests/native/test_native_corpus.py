@@ -3,7 +3,8 @@ through both twins: every codec file decodes to the same header, frames and erro
 native codec and in ``a3m.exon.wire`` (from the header's offset and from the first bytes, at
 the fuzz targets' two message-size bounds), and every ``aead_open`` file opens to the same
 plaintext, or to None, in the native Cipher and in PyCipher (the targets' fixed key), and
-every ``split_batch`` file splits to the same payloads, or the same refusal, in both.
+every ``split_batch`` file splits to the same payloads, or the same refusal, in both, and
+every ``decode_sequenced`` file reads to the same fields, or the same refusal.
 
 The Rust side (``native/tests/corpus_replay.rs``) replays the same files through the
 targets' own checks; this side compares the twins on what the fuzzer found interesting.
@@ -16,12 +17,13 @@ import pytest
 from a3m.exon.secure.aead import PyCipher
 
 from .test_native_batch import split_both
+from .test_native_sequenced import decode_both
 from .twins import CORPUS, datagram_both, frames_both, native
 
 #: The fuzz targets' bounds and key (native/fuzz/checks.rs: MAX_MESSAGE_SIZES, KEY).
 MAX_MESSAGE_SIZES = [1 << 20, (1 << 64) - 1]
 KEY = bytes([0x42]) * 32
-TARGETS = ["aead_open", "decode_frames", "decode_header", "split_batch"]
+TARGETS = ["aead_open", "decode_frames", "decode_header", "decode_sequenced", "split_batch"]
 
 
 def files(target: str) -> list[pytest.ParameterSet]:
@@ -53,6 +55,11 @@ def test_the_aead_corpus_opens_the_same_in_both(data: bytes) -> None:
 @pytest.mark.parametrize("data", files("split_batch"))
 def test_the_batch_corpus_splits_the_same_in_both(data: bytes) -> None:
     split_both(data)
+
+
+@pytest.mark.parametrize("data", files("decode_sequenced"))
+def test_the_sequenced_corpus_reads_the_same_in_both(data: bytes) -> None:
+    decode_both(data)
 
 
 def test_some_of_the_aead_corpus_opens() -> None:

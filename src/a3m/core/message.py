@@ -338,6 +338,13 @@ def decode_sequenced(data: bytes) -> tuple[int, str, str, int, int, int, bytes]:
         raise _bad("cut short or not UTF-8") from exc
 
 
+#: What the core runs (``NodeCore._dispatch``): ``a3m._native``'s twin where ``a3m.NATIVE``
+#: (the same fields, or the same refusal, from the same bytes:
+#: tests/native/test_native_sequenced.py), else the function above, the specification.
+DECODE_SEQUENCED: Final[Callable[[bytes], tuple[int, str, str, int, int, int, bytes]]] = (
+    decode_sequenced if _native is None else _native.decode_sequenced)
+
+
 def _cache_tag(raw: bytes) -> str:
     tag = raw.decode("utf-8")
     if len(raw) != len(tag.encode("utf-8")):

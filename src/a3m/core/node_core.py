@@ -130,7 +130,7 @@ class NodeCore(NodeBase):
     def _dispatch(self, src_node: str, data: bytes) -> None:
         if len(data) > 8 and data[3] in m.SEQUENCED:
             try:
-                t, src_tag, dst_tag, src_inc, dst_inc, seq, payload = m.decode_sequenced(data)
+                t, src_tag, dst_tag, src_inc, dst_inc, seq, payload = m.DECODE_SEQUENCED(data)
             except ProtocolViolation as exc:
                 self.malformed += 1
                 self.log(f"dropped a malformed message from {src_node}: {exc}")
