@@ -204,12 +204,7 @@ pub fn decode_sequenced(data: &[u8]) -> bool {
         Ok(m) => {
             assert!(!m.src_tag.is_empty() && !m.dst_tag.is_empty() && m.seq != 0);
             assert!(sequenced::is_sequenced(m.mtype));
-            let mut head = vec![m.src_tag.len() as u8];
-            head.extend_from_slice(m.src_tag.as_bytes());
-            head.push(m.dst_tag.len() as u8);
-            head.extend_from_slice(m.dst_tag.as_bytes());
-            head.extend_from_slice(&m.src_inc.to_be_bytes());
-            head.extend_from_slice(&m.dst_inc.to_be_bytes());
+            let head = sequenced::data_head(m.src_tag, m.dst_tag, m.src_inc, m.dst_inc);
             let mut again = vec![0u8; batch::data_len(head.len(), m.payload.len()).expect("it fit")];
             batch::write_data(&mut again, &head, m.seq, m.payload);
             again[3] = m.mtype;

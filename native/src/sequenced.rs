@@ -33,6 +33,19 @@ pub struct Sequenced<'a> {
     pub payload: &'a [u8],
 }
 
+/// A link's head, as `a3m.core.message.data_head` makes it (the tags' length bytes and
+/// UTF-8, then the incarnations): what `batch::write_data` takes, and what `decode` reads.
+pub fn data_head(src_tag: &str, dst_tag: &str, src_inc: u64, dst_inc: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(2 + src_tag.len() + dst_tag.len() + 16);
+    h.push(src_tag.len() as u8);
+    h.extend_from_slice(src_tag.as_bytes());
+    h.push(dst_tag.len() as u8);
+    h.extend_from_slice(dst_tag.as_bytes());
+    h.extend_from_slice(&src_inc.to_be_bytes());
+    h.extend_from_slice(&dst_inc.to_be_bytes());
+    h
+}
+
 /// Whether a message of type `t` carries a sequence number.
 pub fn is_sequenced(t: u8) -> bool {
     t == DATA || t == BATCH || t >= PATTERN_MIN
@@ -90,18 +103,8 @@ mod tests {
     use super::*;
     use crate::batch::{data_len, write_data};
 
-    fn head(src: &str, dst: &str, src_inc: u64, dst_inc: u64) -> Vec<u8> {
-        let mut h = vec![src.len() as u8];
-        h.extend_from_slice(src.as_bytes());
-        h.push(dst.len() as u8);
-        h.extend_from_slice(dst.as_bytes());
-        h.extend_from_slice(&src_inc.to_be_bytes());
-        h.extend_from_slice(&dst_inc.to_be_bytes());
-        h
-    }
-
     fn data(src: &str, dst: &str, seq: u64, payload: &[u8]) -> Vec<u8> {
-        let h = head(src, dst, 7, u64::MAX);
+        let h = data_head(src, dst, 7, u64::MAX);
         let mut out = vec![0u8; data_len(h.len(), payload.len()).unwrap()];
         write_data(&mut out, &h, seq, payload);
         out

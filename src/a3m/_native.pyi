@@ -154,7 +154,8 @@ class HandshakeMeter:
 class CookieKeys:
     """A cookie jar's secrets (newest first, each with its epoch), handed over at each
     rotation, for the native reads' check of INITIATEs and their RETRYs; twin of
-    :meth:`a3m.exon.secure.cookies.CookieJar.open` and ``token``."""
+    :meth:`a3m.exon.secure.cookies.CookieJar.open`, and of the responder's RETRY (made with
+    ``CookieJar.token``'s token)."""
 
     def __init__(self) -> None: ...
     def set(self, secrets: list[tuple[int, bytes]], since: float, rotation_s: float) -> None:

@@ -8,6 +8,7 @@ whole module is skipped, with the reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,26 @@ def error_key(err: BaseException | None) -> Any:
     return (type(err), getattr(err, "kind", None), str(err), err.args)
 
 
-def header_both(data: bytes) -> Any:
-    """``decode_header`` of both twins: the same result, or the same ``WireError``."""
-    results = []
-    for decode in (wire.decode_header, native.decode_header):
+def same_in_both(spec: Callable[..., Any], twin: Callable[..., Any], *args: Any,
+                 errors: type[BaseException] | tuple[type[BaseException], ...] = Exception
+                 ) -> tuple[str, Any]:
+    """``spec(*args)`` and ``twin(*args)``: the same result, ``("ok", value)``, or the same
+    error of ``errors``, ``("error", error_key(exc))``; the specification's."""
+    results: list[tuple[str, Any]] = []
+    for fn in (spec, twin):
         try:
-            results.append(("ok", decode(data)))
-        except wire.WireError as exc:
+            results.append(("ok", fn(*args)))
+        except errors as exc:
             results.append(("error", error_key(exc)))
     py, nat = results
-    assert nat == py, f"decode_header({data.hex()}): python {py}, native {nat}"
+    shown = ", ".join(a.hex()[:160] if isinstance(a, bytes) else repr(a)[:80] for a in args)
+    assert nat == py, f"{spec.__name__}({shown}): python {py}, native {nat}"
     return py
+
+
+def header_both(data: bytes) -> Any:
+    """``decode_header`` of both twins: the same result, or the same ``WireError``."""
+    return same_in_both(wire.decode_header, native.decode_header, data, errors=wire.WireError)
 
 
 def frames_both(data: bytes, offset: int, max_message_size: int = MAX_MESSAGE

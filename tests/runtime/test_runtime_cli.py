@@ -74,7 +74,7 @@ def test_bench_reqrep_reports_the_work_per_round_trip() -> None:
     --count its Python calls, for A3M and for each peer of the same run (counted, not timed:
     a profiler runs)."""
     out = run_cli("bench", "reqrep", "--messages", "400", "--count", "--json")
-    assert out["counted"] is True and out["round_trips"] == 400
+    assert out["counted"] is True and out["round_trips"] == 400 and out["wrong_answers"] == 0
     rows = {"a3m": out, **out["baselines"]}  # type: ignore[dict-item]
     for name, row in rows.items():
         if "error" in row or "skipped" in row:

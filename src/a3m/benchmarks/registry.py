@@ -99,6 +99,8 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
     if wl.metric == "latency":  # the client (sender role) measured the round trips
         result.update({k: tx[k] for k in ("p50_us", "p90_us", "p99_us", "max_us",
                                           "round_trips")})
+        if "wrong_answers" in tx:  # (reqrep's client checks every answer)
+            result["wrong_answers"] = tx["wrong_answers"]
         result["work"] = {"client": tx.get("work"), "server": rx.get("work")}
         hoist_why(result, list(result["work"].values()))
         result["counted"] = count
@@ -119,12 +121,17 @@ def run_bench(name: str, size: int, messages: int, progress: Progress = lambda _
                 continue
             n = messages if bname != "pynng" else min(messages, 50_000)  # NNG is ~20 k msg/s
             progress(f"{name}: baseline {bname}, {n} x {size} B")
-            # A3M's own opt-out runs exactly as A3M did (batch included); peers one at a time.
-            bparams = dict(params) if bname == INSECURE else {"messages": n, "size": size}
-            if count:
-                bparams["count"] = True
-            if bname in (NO_COOKIES, EXON):
+            # A3M's own runs take A3M's parameters (its opt-out exactly, batch included; the
+            # run without cookies and the transport alone all but the cookies); peers send one
+            # at a time.
+            if bname == INSECURE:
+                bparams = dict(params)
+            elif bname in (NO_COOKIES, EXON):
                 bparams = {k: v for k, v in params.items() if k != "cookies"}
+            else:
+                bparams = {"messages": n, "size": size}
+                if count:
+                    bparams["count"] = True
             try:
                 r, t = run_pair(brx, btx, bparams, placement=placement)
             except WorkerFailed as exc:

@@ -346,9 +346,7 @@ DECODE_SEQUENCED: Final[Callable[[bytes], tuple[int, str, str, int, int, int, by
 
 
 def _cache_tag(raw: bytes) -> str:
-    tag = raw.decode("utf-8")
-    if len(raw) != len(tag.encode("utf-8")):
-        raise _bad("tag cut short")
+    tag = raw.decode("utf-8")  # (strict: what decodes encodes back to ``raw``)
     if len(_TAGS) > 4096:
         _TAGS.clear()
     _TAGS[raw] = tag
