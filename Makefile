@@ -12,15 +12,18 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 # The compiled fast path (setup.py, mypyc) is rebuilt when a compiled module's source changes
-# (the list is a3m/_compiled.py's, which setup.py reads too).
+# (the list is a3m/_compiled.py's, which setup.py reads too): pip installs everything else,
+# then tools/pgo_build.py builds the compiled modules guided by a short training run (GCC 10
+# or later; A3M_PGO=0, or another compiler: one plain build).
 COMPILED_SOURCES := $(shell $(PYTHON) -c "import runpy; print(' '.join(runpy.run_path('src/a3m/_compiled.py')['sources']('src')))")
 # The native data plane (setup.py, setuptools-rust) likewise when a Rust source changes.
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs native/src/*/*.rs)
 
-$(STAMP): pyproject.toml setup.py $(COMPILED_SOURCES) $(NATIVE_SOURCES)
+$(STAMP): pyproject.toml setup.py tools/pgo_build.py $(COMPILED_SOURCES) $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip wheel 'setuptools>=77' >/dev/null
-	$(BIN)/python -m pip install -e '.[spark,bench,dev,uvloop,docs,metrics]'
+	A3M_NO_MYPYC_BUILD=1 $(BIN)/python -m pip install -e '.[spark,bench,dev,uvloop,docs,metrics]'
+	$(BIN)/python tools/pgo_build.py
 	touch $(STAMP)
 
 demo: $(STAMP)

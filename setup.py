@@ -5,8 +5,9 @@ as plain Python.
 
 Each is optional: a failed or impossible build warns and leaves the Python package (it runs
 the same, slower). ``A3M_PURE_BUILD=1`` skips both; ``A3M_NO_NATIVE_BUILD=1`` skips only the
-native module. ``a3m.COMPILED`` and ``a3m.NATIVE`` tell which run. Metadata and dependencies
-are in ``pyproject.toml``.
+native module, ``A3M_NO_MYPYC_BUILD=1`` only the compiled cores (``make`` builds those next,
+profile-guided: ``tools/pgo_build.py``). ``a3m.COMPILED`` and ``a3m.NATIVE`` tell which run.
+Metadata and dependencies are in ``pyproject.toml``.
 """
 
 from __future__ import annotations
@@ -48,16 +49,27 @@ class OptionalBuildExt(build_ext):
 
 
 def ext_modules() -> list:  # type: ignore[type-arg]
-    if _on("A3M_PURE_BUILD"):
+    if _on("A3M_PURE_BUILD") or _on("A3M_NO_MYPYC_BUILD"):
         return []
     try:
         from mypyc.build import mypycify
     except ImportError as exc:
         print(f"a3m: mypyc unavailable ({exc}); the Python sources run", file=sys.stderr)
         return []
-    sources = runpy.run_path(os.path.join(HERE, "src", "a3m", "_compiled.py"))["sources"]
+    compiled = runpy.run_path(os.path.join(HERE, "src", "a3m", "_compiled.py"))
     os.chdir(HERE)  # mypyc names the modules from paths relative to here
-    return mypycify(sources("src"), opt_level="3")
+    exts = mypycify(compiled["sources"]("src"), opt_level="3")
+    if os.name == "posix":
+        gcc = compiled["gcc_major"]()
+        pgo = os.environ.get(compiled["PGO_ENV"], "")
+        if pgo in ("generate", "use") and gcc < 10:
+            print("a3m: a profile-guided build needs GCC 10 or later; building without one",
+                  file=sys.stderr)
+        cflags, lflags = compiled["compile_flags"](gcc, pgo)
+        for ext in exts:
+            ext.extra_compile_args = [*ext.extra_compile_args, *cflags]
+            ext.extra_link_args = [*ext.extra_link_args, *lflags]
+    return exts
 
 
 def rust_extensions() -> list:  # type: ignore[type-arg]

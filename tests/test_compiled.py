@@ -125,3 +125,58 @@ def test_a_failed_compilation_leaves_the_pure_package(tmp_path: Path) -> None:
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(suffixes)]
     assert (tmp_path / "build").exists()  # mypyc did generate the C: the compiler failed
+
+
+def test_the_build_flags_hide_the_groups_symbols_and_follow_the_profiles_stage() -> None:
+    """Every compiler hides the group's symbols; GCC also lets its functions inline into one
+    another; a profile's stages only where GCC can (10 or later), and nothing for other
+    stages' names."""
+    flags = _compiled.compile_flags
+    assert flags(0, "") == (["-fvisibility=hidden"], [])
+    assert flags(0, "use") == (["-fvisibility=hidden"], [])  # clang: no GCC profile flags
+    plain = ["-fvisibility=hidden", "-fno-semantic-interposition"]
+    assert flags(12, "") == (plain, [])
+    assert flags(9, "generate") == (plain, [])
+    assert flags(12, "0") == (plain, [])
+    cflags, lflags = flags(12, "generate")
+    assert cflags[:2] == plain and "-fprofile-generate" in cflags
+    assert "-fprofile-update=atomic" in cflags and lflags == ["-fprofile-generate"]
+    cflags, lflags = flags(12, "use")
+    assert cflags[:2] == plain and lflags == []
+    assert "-fprofile-use" in cflags and "-fprofile-partial-training" in cflags
+
+
+def test_the_compiled_group_exports_only_its_init() -> None:
+    """The group's functions are not interposable symbols (each call through the PLT, none
+    inlined into another): only ``PyInit_`` is exported; the modules reach the group through
+    its capsules."""
+    if not a3m.COMPILED:
+        pytest.skip("the compiled modules do not run here")
+    nm = shutil.which("nm")
+    if nm is None or not sys.platform.startswith("linux"):
+        pytest.skip("needs binutils' nm, on Linux")
+    group = _compiled.group_library(str(SRC))
+    assert group is not None
+    out = subprocess.run([nm, "-D", "--defined-only", group], capture_output=True, text=True,
+                         timeout=60, check=True)
+    names = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+    assert names and all(n.startswith("PyInit_") for n in names), names[:10]
+
+
+def test_a_profile_marker_names_only_the_group_it_was_written_for(tmp_path: Path) -> None:
+    """``profile_guided`` (a benchmark's ``machine``) holds while the group is the one the
+    profile-guided build left, and not after another build replaced it."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    group = tmp_path / f"0123abcd__mypyc{suffix}"
+    group.write_bytes(b"built once")
+    marker = tmp_path / "profile.json"
+    assert not _compiled.profile_guided(str(tmp_path), str(marker))  # no marker
+    st = group.stat()
+    marker.write_text(json.dumps({"library": group.name, "size": st.st_size,
+                                  "mtime_ns": st.st_mtime_ns}))
+    assert _compiled.group_library(str(tmp_path)) == str(group)
+    assert _compiled.profile_guided(str(tmp_path), str(marker))
+    group.write_bytes(b"built again, plainly")  # (another size: whatever the clock says)
+    assert not _compiled.profile_guided(str(tmp_path), str(marker))
+    marker.write_text("not json")
+    assert not _compiled.profile_guided(str(tmp_path), str(marker))

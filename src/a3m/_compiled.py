@@ -35,6 +35,93 @@ MODULES = ("a3m/runtime/driver.py", "a3m/runtime/node_turn.py", "a3m/runtime/off
            "a3m/runtime/socket_calls.py", "a3m/aio/driver.py", "a3m/aio/socket_calls.py")
 #: Set to 1 to run the Python sources even where compiled modules were built.
 PURE_ENV = "A3M_PURE_PYTHON"
+#: The profile-guided build's stage (``tools/pgo_build.py`` sets it for ``setup.py``):
+#: ``generate`` builds modules that count what runs, ``use`` lays the code out by those counts.
+PGO_ENV = "A3M_PGO"
+
+
+#: What ``tools/pgo_build.py`` writes after a profile-guided build (not in the repository):
+#: which compiled group it built, so that a later plain build is not taken for one.
+PROFILE_MARKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              "_compiled_profile.json")
+
+
+def gcc_major() -> int:
+    """The major version of the C compiler a build runs (``CC``, else Python's), if it is
+    GCC; else 0."""
+    import shlex
+    import subprocess
+    import sysconfig
+
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    try:
+        about = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60)
+        version = subprocess.run([*cc, "-dumpversion"], capture_output=True, text=True,
+                                 timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if "Free Software Foundation" not in about.stdout:  # (clang says otherwise)
+        return 0
+    major = version.stdout.strip().split(".")[0]
+    return int(major) if major.isdigit() else 0
+
+
+def group_library(root: str) -> str | None:
+    """The compiled modules' shared library (mypyc's group) under the source root ``root``."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for name in sorted(names):
+        if "__mypyc" in name and name.endswith(suffixes):
+            return os.path.join(root, name)
+    return None
+
+
+def profile_guided(root: str, marker: str = PROFILE_MARKER) -> bool:
+    """Whether the group under ``root`` is the one a profile-guided build left (its
+    ``marker`` names it with its size and time; any later build has another)."""
+    import json
+
+    group = group_library(root)
+    try:
+        with open(marker, encoding="utf-8") as f:
+            made = json.load(f)
+        st = os.stat(group) if group else None
+    except (OSError, ValueError):
+        return False
+    return (st is not None and isinstance(made, dict)
+            and made.get("library") == os.path.basename(str(group))
+            and made.get("size") == st.st_size and made.get("mtime_ns") == st.st_mtime_ns)
+
+
+def compile_flags(gcc_major: int, pgo: str = "") -> tuple[list[str], list[str]]:
+    """The C compiler's and the linker's extra arguments for the compiled modules, on POSIX
+    (``setup.py``): ``gcc_major`` is GCC's major version (0: another compiler), ``pgo`` the
+    stage of :data:`PGO_ENV` (GCC 10 or later; elsewhere none).
+
+    Only the group's init functions are exported (``PyMODINIT_FUNC``: the modules reach the
+    group through its capsules, never by symbol), and with ``-fPIC``'s default of
+    interposable symbols GCC could neither inline one compiled function into another nor
+    call it but through the PLT. A profile lays the hot paths out together and the rest
+    apart: a round trip's code then spans fewer cache lines (docs/performance.md, "The
+    compiled fast path"). Functions the training run never reached are optimized as without
+    a profile (``-fprofile-partial-training``), not for size."""
+    cflags = ["-fvisibility=hidden"]
+    lflags: list[str] = []
+    if gcc_major >= 5:
+        cflags.append("-fno-semantic-interposition")
+    if gcc_major >= 10 and pgo == "generate":
+        # (atomic: the node's I/O thread and the application's run the same code)
+        cflags += ["-fprofile-generate", "-fprofile-update=atomic"]
+        lflags.append("-fprofile-generate")
+    elif gcc_major >= 10 and pgo == "use":
+        # (a function whose code changed since the counts: compiled without them, not an
+        # error under mypyc's -Werror)
+        cflags += ["-fprofile-use", "-fprofile-partial-training", "-fprofile-correction",
+                   "-Wno-missing-profile", "-Wno-error=coverage-mismatch"]
+    return cflags, lflags
 
 
 def sources(src: str) -> list[str]:

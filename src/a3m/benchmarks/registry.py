@@ -59,12 +59,16 @@ def register(workload: Workload) -> None:
 
 def machine() -> dict[str, Any]:
     import a3m
+    from a3m import _compiled
     from a3m.exon.engine import default_engine
 
-    # compiled: the sans-I/O cores ran as mypyc's extensions (False: their Python sources);
-    # native: the native data plane (a3m._native) ran, engine: which Exon engine.
+    # compiled: the sans-I/O cores ran as mypyc's extensions (False: their Python sources),
+    # profile_guided: built by tools/pgo_build.py (make's set-up); native: the native data
+    # plane (a3m._native) ran, engine: which Exon engine.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(a3m.__file__)))
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "compiled": a3m.COMPILED,
+            "profile_guided": a3m.COMPILED and _compiled.profile_guided(root),
             "native": a3m.NATIVE, "engine": default_engine()}
 
 
