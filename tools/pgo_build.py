@@ -41,6 +41,13 @@ TRAINING = (
 TRAINING_TIMEOUT_S = 600
 
 
+def _this_tree() -> dict[str, str]:
+    """The environment of a run of this tree's package (its ``src`` first on the path:
+    the training counts the modules just built, whichever tree pip installed)."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src") + (os.pathsep + path if path else "")}
+
+
 def _compiled_module() -> dict[str, object]:
     import runpy
 
@@ -59,7 +66,8 @@ def build(stage: str) -> bool:
                    cwd=ROOT, env=env, check=False)
     probe = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c",
                             "import a3m; print(a3m.COMPILED)"],
-                           cwd=ROOT, capture_output=True, text=True, check=False)
+                           cwd=ROOT, env=_this_tree(), capture_output=True, text=True,
+                           check=False)
     return probe.stdout.strip() == "True"
 
 
@@ -70,8 +78,8 @@ def train() -> int:
         cmd = [sys.executable, "-m", "a3m", "bench", *workload, "--no-baselines", "--json"]
         print(f"a3m: training: a3m bench {' '.join(workload)}", flush=True)
         try:
-            out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                 timeout=TRAINING_TIMEOUT_S, check=False)
+            out = subprocess.run(cmd, cwd=ROOT, env=_this_tree(), capture_output=True,
+                                 text=True, timeout=TRAINING_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             print("a3m: training workload timed out (its counts are partial)", file=sys.stderr)
             continue
