@@ -50,7 +50,7 @@ native-check:
 	else echo "no Rust toolchain: cargo test and clippy skipped (the Python data plane runs)"; fi
 
 test: $(STAMP) native-check
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests tools
 	$(BIN)/mypy
 	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest -q $(PARALLEL)
@@ -68,7 +68,7 @@ docs: $(STAMP)
 	$(BIN)/sphinx-build -E -n -W --keep-going -q -b html docs docs/_build/html
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -79,6 +79,7 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info docs/_build
 	find src -name '*.so' -delete
+	rm -f src/a3m/_compiled_profile.json
 
 # The native module alone, into the source tree (a Rust edit without the whole set-up):
 # cargo builds it, the .so lands where `pip install -e .` puts it.
