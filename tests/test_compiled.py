@@ -180,3 +180,16 @@ def test_a_profile_marker_names_only_the_group_it_was_written_for(tmp_path: Path
     assert not _compiled.profile_guided(str(tmp_path), str(marker))
     marker.write_text("not json")
     assert not _compiled.profile_guided(str(tmp_path), str(marker))
+
+
+def test_the_set_up_built_the_group_guided_by_a_profile() -> None:
+    """``make``'s set-up (CI runs it on a fresh clone) leaves the profile-guided build where
+    GCC 10 or later is there; a plain build after it (``pip install -e .``) is not taken
+    for one."""
+    if os.environ.get("CI", "") != "true":
+        pytest.skip("checked on CI's fresh set-up (a developer's tree may be rebuilt plainly)")
+    if not a3m.COMPILED or os.environ.get("A3M_PGO", "") == "0":
+        pytest.skip("no compiled modules, or A3M_PGO=0")
+    if _compiled.gcc_major() < 10:
+        pytest.skip("a profile needs GCC 10 or later")
+    assert _compiled.profile_guided(str(SRC))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -77,17 +78,29 @@ def train() -> int:
     for workload in TRAINING:
         cmd = [sys.executable, "-m", "a3m", "bench", *workload, "--no-baselines", "--json"]
         print(f"a3m: training: a3m bench {' '.join(workload)}", flush=True)
+        # (its own session: a workload that overruns goes with the processes it spawned)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=_this_tree(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            out = subprocess.run(cmd, cwd=ROOT, env=_this_tree(), capture_output=True,
-                                 text=True, timeout=TRAINING_TIMEOUT_S, check=False)
+            _, err = proc.communicate(timeout=TRAINING_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             print("a3m: training workload timed out (its counts are partial)", file=sys.stderr)
             continue
-        if out.returncode == 0:
+        if proc.returncode == 0:
             done += 1
         else:
-            print(f"a3m: training workload failed:\n{out.stderr[-2000:]}", file=sys.stderr)
+            print(f"a3m: training workload failed:\n{err[-2000:]}", file=sys.stderr)
     return done
+
+
+def plain(why: str) -> int:
+    """A plain build instead (``why``: the reason said first)."""
+    print(f"a3m: a plain build of the compiled modules ({why})", file=sys.stderr, flush=True)
+    ok = build("")
+    print(f"a3m: compiled modules {'built' if ok else 'not built: the sources run'}")
+    return 0
 
 
 def main() -> int:
@@ -95,37 +108,31 @@ def main() -> int:
     marker = Path(str(compiled["PROFILE_MARKER"]))
     marker.unlink(missing_ok=True)
     gcc = int(compiled["gcc_major"]())  # type: ignore[operator]
-    if os.environ.get("A3M_PGO", "") == "0" or gcc < 10:
-        why = "A3M_PGO=0" if gcc >= 10 else "no GCC 10 or later"
-        print(f"a3m: a plain build of the compiled modules ({why})", flush=True)
-        ok = build("")
-        print(f"a3m: compiled modules {'built' if ok else 'not built: the sources run'}")
-        return 0
+    if os.environ.get("A3M_PGO", "") == "0":
+        return plain("A3M_PGO=0")
+    if gcc < 10:
+        return plain("a profile needs GCC 10 or later")
     for gcda in (ROOT / "build").rglob("*.gcda"):  # (counts of an earlier build's code)
         gcda.unlink()
     t0 = time.monotonic()
     if not build("generate"):
-        print("a3m: the instrumented build failed; a plain build instead", file=sys.stderr)
-        ok = build("")
-        print(f"a3m: compiled modules {'built' if ok else 'not built: the sources run'}")
-        return 0
+        return plain("the instrumented build failed")
     trained = train()
     counted = sum(1 for _ in (ROOT / "build").rglob("*.gcda"))
-    if not build("use" if counted else ""):
-        print("a3m: the profile-guided build failed; a plain build instead", file=sys.stderr)
-        ok = build("")
-        print(f"a3m: compiled modules {'built' if ok else 'not built: the sources run'}")
-        return 0
-    if counted:
-        group = compiled["group_library"](str(ROOT / "src"))  # type: ignore[operator]
-        stat = os.stat(group) if group else None
+    if not counted:
+        return plain("the training counted nothing")
+    if not build("use"):
+        return plain("the profile-guided build failed")
+    group = compiled["group_library"](str(ROOT / "src"))  # type: ignore[operator]
+    if group:
+        stat = os.stat(group)
         marker.write_text(json.dumps({
             "trained": [" ".join(w) for w in TRAINING], "workloads_done": trained,
-            "library": os.path.basename(group) if group else None,
-            "size": stat.st_size if stat else 0, "mtime_ns": stat.st_mtime_ns if stat else 0,
+            "library": os.path.basename(group), "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
         }, indent=1) + "\n")
-    print(f"a3m: compiled modules built {'profile-guided' if counted else 'without a profile'}"
-          f" ({trained}/{len(TRAINING)} training workloads, {time.monotonic() - t0:.0f} s)")
+    print(f"a3m: compiled modules built profile-guided ({trained}/{len(TRAINING)} training "
+          f"workloads, {time.monotonic() - t0:.0f} s)")
     return 0
 
 
