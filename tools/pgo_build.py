@@ -9,9 +9,9 @@ With GCC 10 or later the compiled modules are built three times in a row, in pla
 3. again with the counts (``A3M_PGO=use``): GCC lays the code that ran hot out together and
    the rest apart, so a round trip's code spans fewer cache lines.
 
-A round trip through the profile-guided build took 12 % less than through the plain build
-(docs/performance.md, "The compiled fast path"). Without GCC 10, or with ``A3M_PGO=0``, one
-plain build. A workload that fails counts nothing (its code is compiled as without a
+A sleeping round trip through the profile-guided build took 10-12 % less than through the
+plain build (docs/performance.md, "The compiled fast path"). Without GCC 10, or with
+``A3M_PGO=0``, one plain build. A workload that fails counts nothing (its code is compiled as without a
 profile); a build that fails leaves the plain build, or the Python sources, as
 ``setup.py`` does. The last line printed says which build is in place; ``a3m bench``'s
 ``machine`` says it too (``profile_guided``)::
