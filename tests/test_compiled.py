@@ -4,6 +4,7 @@ Python sources take over when asked or when they changed since the build."""
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,3 +195,63 @@ def test_the_set_up_built_the_group_guided_by_a_profile() -> None:
     if _compiled.gcc_major() < 10:
         pytest.skip("a profile needs GCC 10 or later")
     assert _compiled.profile_guided(str(SRC))
+
+
+def _pgo_build() -> Any:
+    """``tools/pgo_build.py`` as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("pgo_build", SRC.parent / "tools" / "pgo_build.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("case, stages, marked", [
+    ("pgo_off", [""], False),             # A3M_PGO=0: one plain build
+    ("old_gcc", [""], False),             # no GCC 10: one plain build
+    ("generate_fails", ["generate", ""], False),
+    ("nothing_trained", ["generate", ""], False),  # no profile of the imports alone
+    ("use_fails", ["generate", "use", ""], False),
+    ("all_good", ["generate", "use"], True),
+])
+def test_the_profile_guided_build_falls_back_to_a_plain_one_and_says_so(
+        case: str, stages: list[str], marked: bool, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each stage that cannot be done gives the plain build (the package then runs as after
+    ``pip install``); only a build laid out by a real training run leaves the marker."""
+    pgo = _pgo_build()
+    group = tmp_path / "src" / f"0123abcd__mypyc{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    group.parent.mkdir()
+    group.write_bytes(b"the group")
+    marker = tmp_path / "profile.json"
+    marker.write_text("{}")  # an earlier build's: removed first
+    done: list[str] = []
+
+    def build(stage: str) -> bool:
+        done.append(stage)
+        return not ((case == "generate_fails" and stage == "generate")
+                    or (case == "use_fails" and stage == "use"))
+
+    def train() -> int:
+        if case == "nothing_trained":
+            return 0
+        (tmp_path / "build").mkdir(exist_ok=True)
+        (tmp_path / "build" / "group.gcda").write_bytes(b"counts")
+        return len(pgo.TRAINING)
+
+    monkeypatch.setattr(pgo, "ROOT", tmp_path)
+    monkeypatch.setattr(pgo, "build", build)
+    monkeypatch.setattr(pgo, "train", train)
+    monkeypatch.setattr(pgo, "_compiled_module", lambda: {
+        "PROFILE_MARKER": str(marker), "gcc_major": lambda: 9 if case == "old_gcc" else 12,
+        "group_library": _compiled.group_library})
+    monkeypatch.delenv("A3M_PGO", raising=False)
+    if case == "pgo_off":
+        monkeypatch.setenv("A3M_PGO", "0")
+    assert pgo.main() == 0
+    assert done == stages
+    assert marker.exists() == marked
+    if marked:
+        made = json.loads(marker.read_text())
+        assert made["library"] == group.name and made["workloads_done"] == len(pgo.TRAINING)
+        assert _compiled.profile_guided(str(tmp_path / "src"), str(marker))
