@@ -62,9 +62,9 @@ def ext_modules() -> list:  # type: ignore[type-arg]
     if os.name == "posix":
         gcc = compiled["gcc_major"]()
         pgo = os.environ.get(compiled["PGO_ENV"], "")
-        if pgo in ("generate", "use") and gcc < 10:
-            print("a3m: a profile-guided build needs GCC 10 or later; building without one",
-                  file=sys.stderr)
+        if pgo in ("generate", "use") and gcc < compiled["PGO_MIN_GCC"]:
+            print(f"a3m: a profile-guided build needs GCC {compiled['PGO_MIN_GCC']} or later; "
+                  "building without one", file=sys.stderr)
         cflags, lflags = compiled["compile_flags"](gcc, pgo)
         for ext in exts:
             ext.extra_compile_args = [*ext.extra_compile_args, *cflags]

@@ -21,18 +21,14 @@ from random import Random
 
 import a3m
 from a3m.core.node_core import NodeCore
-from a3m.patterns import BUILTIN
+from a3m.patterns import register_builtin
 
 WARMUP = 2000
 BODY = b"x" * 64
 
 
 def _pair() -> tuple[NodeCore, NodeCore]:
-    a, b = NodeCore("a", Random(1)), NodeCore("b", Random(2))
-    for core in (a, b):
-        for name, cls in BUILTIN.items():
-            core.register_type(name, cls)
-    return a, b
+    return register_builtin(NodeCore("a", Random(1))), register_builtin(NodeCore("b", Random(2)))
 
 
 def _hand_over(src: NodeCore, dst: NodeCore) -> None:

@@ -131,21 +131,41 @@ def test_a_failed_compilation_leaves_the_pure_package(tmp_path: Path) -> None:
 
 def test_the_build_flags_hide_the_groups_symbols_and_follow_the_profiles_stage() -> None:
     """Every compiler hides the group's symbols; GCC also lets its functions inline into one
-    another; a profile's stages only where GCC can (10 or later), and nothing for other
-    stages' names."""
-    flags = _compiled.compile_flags
-    assert flags(0, "") == (["-fvisibility=hidden"], [])
-    assert flags(0, "use") == (["-fvisibility=hidden"], [])  # clang: no GCC profile flags
-    plain = ["-fvisibility=hidden", "-fno-semantic-interposition"]
-    assert flags(12, "") == (plain, [])
-    assert flags(9, "generate") == (plain, [])
-    assert flags(12, "0") == (plain, [])
-    cflags, lflags = flags(12, "generate")
-    assert cflags[:2] == plain and "-fprofile-generate" in cflags
-    assert "-fprofile-update=atomic" in cflags and lflags == ["-fprofile-generate"]
-    cflags, lflags = flags(12, "use")
-    assert cflags[:2] == plain and lflags == []
-    assert "-fprofile-use" in cflags and "-fprofile-partial-training" in cflags
+    another; a profile's stages only where GCC can (``PGO_MIN_GCC`` or later), and nothing
+    for other stages' names. (Pure function of a compiler version and a stage name.)"""
+    def flags(gcc_major: int, pgo: str) -> tuple[list[str], list[str]]:
+        return _compiled.compile_flags(gcc_major=gcc_major, pgo=pgo)
+
+    new_gcc, old_gcc = _compiled.PGO_MIN_GCC, _compiled.PGO_MIN_GCC - 1
+    hidden = ["-fvisibility=hidden"]
+    plain = [*hidden, "-fno-semantic-interposition"]
+    assert flags(gcc_major=0, pgo="") == (hidden, [])  # clang and others
+    assert flags(gcc_major=0, pgo="use") == (hidden, [])
+    assert flags(gcc_major=new_gcc, pgo="") == (plain, [])
+    assert flags(gcc_major=old_gcc, pgo="generate") == (plain, [])
+    assert flags(gcc_major=new_gcc, pgo="0") == (plain, [])
+    instrumented = flags(gcc_major=new_gcc, pgo="generate")
+    assert instrumented == ([*plain, "-fprofile-generate", "-fprofile-update=atomic"],
+                            ["-fprofile-generate"])
+    laid_out, linked = flags(gcc_major=new_gcc, pgo="use")
+    assert laid_out[:2] == plain and linked == []
+    assert "-fprofile-use" in laid_out and "-fprofile-partial-training" in laid_out
+
+
+@pytest.mark.parametrize("macros, major", [
+    ("#define __GNUC__ 12\n#define __GNUC_MINOR__ 2\n", 12),
+    ("#define __GNUC__ 4\n#define __clang__ 1\n", 0),  # clang passes for GCC 4
+    ("#define __STDC__ 1\n", 0),
+])
+def test_the_compiler_is_told_by_its_predefined_macros(macros: str, major: int, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    cc = tmp_path / "cc"
+    cc.write_text(f"#!/bin/sh\nprintf '{macros}'\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    assert _compiled.gcc_major() == major
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert _compiled.gcc_major() == 0
 
 
 def test_the_compiled_group_exports_only_its_init() -> None:
@@ -242,9 +262,9 @@ def test_the_profile_guided_build_falls_back_to_a_plain_one_and_says_so(
     monkeypatch.setattr(pgo, "ROOT", tmp_path)
     monkeypatch.setattr(pgo, "build", build)
     monkeypatch.setattr(pgo, "train", train)
-    monkeypatch.setattr(pgo, "_compiled_module", lambda: {
-        "PROFILE_MARKER": str(marker), "gcc_major": lambda: 9 if case == "old_gcc" else 12,
-        "group_library": _compiled.group_library})
+    gcc = _compiled.PGO_MIN_GCC - (case == "old_gcc")
+    monkeypatch.setattr(pgo, "COMPILED", {**pgo.COMPILED, "PROFILE_MARKER": str(marker),
+                                          "gcc_major": lambda: gcc})
     monkeypatch.delenv("A3M_PGO", raising=False)
     if case == "pgo_off":
         monkeypatch.setenv("A3M_PGO", "0")

@@ -1,6 +1,7 @@
 """Build the compiled fast path guided by a profile (``make`` runs this after ``pip install``).
 
-With GCC 10 or later the compiled modules are built three times in a row, in place:
+With GCC 10 or later (``a3m._compiled.PGO_MIN_GCC``) the compiled modules are built twice, in
+place, with a training run between:
 
 1. with counters (``A3M_PGO=generate``: ``a3m._compiled.compile_flags``);
 2. a short training run: the workloads the benchmarks measure, A3M alone (the REQ/REP round
@@ -10,11 +11,11 @@ With GCC 10 or later the compiled modules are built three times in a row, in pla
    the rest apart, so a round trip's code spans fewer cache lines.
 
 A sleeping round trip through the profile-guided build took 10-12 % less than through the
-plain build (docs/performance.md, "The compiled fast path"). Without GCC 10, or with
-``A3M_PGO=0``, one plain build. A workload that fails counts nothing (its code is compiled as without a
-profile); a build that fails leaves the plain build, or the Python sources, as
-``setup.py`` does. The last line printed says which build is in place; ``a3m bench``'s
-``machine`` says it too (``profile_guided``)::
+plain build (docs/performance.md, "The compiled fast path"). Without that GCC, with
+``A3M_PGO=0``, when a build fails or when no training workload runs to the end: one plain
+build, which ``setup.py`` itself leaves as the Python sources if it fails too. The last line
+printed says which build is in place; ``a3m bench``'s ``machine`` says it too
+(``profile_guided``)::
 
     .venv/bin/python tools/pgo_build.py
 """
@@ -23,11 +24,13 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 #: ``a3m bench`` workloads run on the instrumented build (A3M only, small counts).
@@ -50,19 +53,19 @@ def _this_tree() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT / "src") + (os.pathsep + path if path else "")}
 
 
-def _compiled_module() -> dict[str, object]:
-    import runpy
-
-    return runpy.run_path(str(ROOT / "src" / "a3m" / "_compiled.py"))
+#: ``a3m/_compiled.py``'s names (run from its file: importing ``a3m`` would choose between
+#: the compiled modules and the sources this script rebuilds).
+COMPILED: dict[str, Any] = runpy.run_path(str(ROOT / "src" / "a3m" / "_compiled.py"))
+PGO_ENV: str = COMPILED["PGO_ENV"]
 
 
 def build(stage: str) -> bool:
     """``setup.py build_ext --inplace`` of the compiled modules alone, at ``stage`` of the
     profile (empty: none); True when the build left compiled modules that import."""
-    env = {k: v for k, v in os.environ.items() if k not in ("A3M_NO_MYPYC_BUILD", "A3M_PGO")}
+    env = {k: v for k, v in os.environ.items() if k not in ("A3M_NO_MYPYC_BUILD", PGO_ENV)}
     env["A3M_NO_NATIVE_BUILD"] = "1"  # (pip built the native module; it does not change)
     if stage:
-        env["A3M_PGO"] = stage
+        env[PGO_ENV] = stage
     print(f"a3m: building the compiled modules{f' ({stage})' if stage else ''}", flush=True)
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"],
                    cwd=ROOT, env=env, check=False)
@@ -105,14 +108,12 @@ def plain(why: str) -> int:
 
 
 def main() -> int:
-    compiled = _compiled_module()
-    marker = Path(str(compiled["PROFILE_MARKER"]))
+    marker = Path(COMPILED["PROFILE_MARKER"])
     marker.unlink(missing_ok=True)
-    gcc = int(compiled["gcc_major"]())  # type: ignore[operator]
-    if os.environ.get("A3M_PGO", "") == "0":
-        return plain("A3M_PGO=0")
-    if gcc < 10:
-        return plain("a profile needs GCC 10 or later")
+    if os.environ.get(PGO_ENV, "") == "0":
+        return plain(f"{PGO_ENV}=0")
+    if COMPILED["gcc_major"]() < COMPILED["PGO_MIN_GCC"]:
+        return plain(f"a profile needs GCC {COMPILED['PGO_MIN_GCC']} or later")
     for gcda in (ROOT / "build").rglob("*.gcda"):  # (counts of an earlier build's code)
         gcda.unlink()
     t0 = time.monotonic()
@@ -124,7 +125,7 @@ def main() -> int:
         return plain("no training workload ran to the end")
     if not build("use"):
         return plain("the profile-guided build failed")
-    group = compiled["group_library"](str(ROOT / "src"))  # type: ignore[operator]
+    group = COMPILED["group_library"](str(ROOT / "src"))
     if group:
         stat = os.stat(group)
         marker.write_text(json.dumps({

@@ -46,24 +46,28 @@ PROFILE_MARKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               "_compiled_profile.json")
 
 
+#: The oldest GCC that builds guided by a profile (``-fprofile-partial-training``).
+PGO_MIN_GCC = 10
+
+
 def gcc_major() -> int:
     """The major version of the C compiler a build runs (``CC``, else Python's), if it is
-    GCC; else 0."""
+    GCC; else 0. Read from the compiler's predefined macros (clang defines ``__GNUC__`` too,
+    and ``__clang__``)."""
     import shlex
     import subprocess
     import sysconfig
 
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     try:
-        about = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60)
-        version = subprocess.run([*cc, "-dumpversion"], capture_output=True, text=True,
-                                 timeout=60)
+        out = subprocess.run([*cc, "-dM", "-E", "-x", "c", os.devnull], capture_output=True,
+                             text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
-    if "Free Software Foundation" not in about.stdout:  # (clang says otherwise)
-        return 0
-    major = version.stdout.strip().split(".")[0]
-    return int(major) if major.isdigit() else 0
+    macros = dict(line.split()[1:3] for line in out.splitlines()
+                  if line.startswith("#define ") and len(line.split()) >= 3)
+    major = macros.get("__GNUC__", "0")
+    return int(major) if major.isdigit() and "__clang__" not in macros else 0
 
 
 def group_library(root: str) -> str | None:
@@ -99,7 +103,7 @@ def profile_guided(root: str, marker: str = PROFILE_MARKER) -> bool:
 def compile_flags(gcc_major: int, pgo: str = "") -> tuple[list[str], list[str]]:
     """The C compiler's and the linker's extra arguments for the compiled modules, on POSIX
     (``setup.py``): ``gcc_major`` is GCC's major version (0: another compiler), ``pgo`` the
-    stage of :data:`PGO_ENV` (GCC 10 or later; elsewhere none).
+    stage of :data:`PGO_ENV` (GCC :data:`PGO_MIN_GCC` or later; elsewhere none).
 
     Only the group's init functions are exported (``PyMODINIT_FUNC``: the modules reach the
     group through its capsules, never by symbol), and with ``-fPIC``'s default of
@@ -112,11 +116,11 @@ def compile_flags(gcc_major: int, pgo: str = "") -> tuple[list[str], list[str]]:
     lflags: list[str] = []
     if gcc_major >= 5:
         cflags.append("-fno-semantic-interposition")
-    if gcc_major >= 10 and pgo == "generate":
+    if gcc_major >= PGO_MIN_GCC and pgo == "generate":
         # (atomic: the node's I/O thread and the application's run the same code)
         cflags += ["-fprofile-generate", "-fprofile-update=atomic"]
         lflags.append("-fprofile-generate")
-    elif gcc_major >= 10 and pgo == "use":
+    elif gcc_major >= PGO_MIN_GCC and pgo == "use":
         # (a function whose code changed since the counts: compiled without them, not an
         # error under mypyc's -Werror)
         cflags += ["-fprofile-use", "-fprofile-partial-training", "-fprofile-correction",

@@ -8,7 +8,7 @@ from random import Random
 
 from a3m.core import message as m
 from a3m.core.node_core import NodeCore
-from a3m.patterns import BUILTIN
+from a3m.patterns import register_builtin
 
 Hold = Callable[[str, str, m.Message], bool]  # (src node, dst node, msg) -> hold back?
 
@@ -20,10 +20,7 @@ class Pipe:
         self.now = 0.0
         self.nodes: dict[str, NodeCore] = {}
         for i in ids:
-            core = NodeCore(i, Random(self.rng.random()))
-            for name, cls in BUILTIN.items():
-                core.register_type(name, cls)
-            self.nodes[i] = core
+            self.nodes[i] = register_builtin(NodeCore(i, Random(self.rng.random())))
         self.held: list[tuple[str, str, bytes]] = []
         self.hold: Hold | None = None
         self.log: list[tuple[str, str, m.Message]] = []

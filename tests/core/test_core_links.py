@@ -415,12 +415,9 @@ def restart_node(p: Pipe, node_id: str) -> None:
     from random import Random
 
     from a3m.core.node_core import NodeCore
-    from a3m.patterns import BUILTIN
+    from a3m.patterns import register_builtin
 
-    core = NodeCore(node_id, Random(99))
-    for name, cls in BUILTIN.items():
-        core.register_type(name, cls)
-    p.nodes[node_id] = core
+    p.nodes[node_id] = register_builtin(NodeCore(node_id, Random(99)))
 
 
 def pings(p: Pipe, src: str) -> int:

@@ -9,6 +9,8 @@ DEALER-ROUTER, DEALER-DEALER, ROUTER-ROUTER, SURVEYOR-RESPONDENT, BUS-BUS, RADIO
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from a3m.core.socket_core import SocketCore
 from a3m.patterns.bus import Bus
 from a3m.patterns.groups import Dish, GroupDirectory, Radio
@@ -38,5 +40,18 @@ BUILTIN: dict[str, type[SocketCore]] = {
     "DISH": Dish,
 }
 
+if TYPE_CHECKING:
+    from a3m.core.node_core import NodeCore
+
+
+def register_builtin(core: NodeCore) -> NodeCore:
+    """Register every kind of :data:`BUILTIN` on ``core`` (what a node does when it is made);
+    returns ``core``."""
+    for name, cls in BUILTIN.items():
+        core.register_type(name, cls)
+    return core
+
+
 __all__ = ["BUILTIN", "Bus", "Dealer", "Dish", "GroupDirectory", "Pair", "Radio", "Pub", "Pull", "Push", "Rep", "Req",
-           "Respondent", "Router", "Sub", "Surveyor", "XPub", "XSub"]
+           "Respondent", "Router", "Sub", "Surveyor", "XPub", "XSub",
+           "register_builtin"]

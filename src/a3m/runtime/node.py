@@ -27,7 +27,7 @@ from a3m.exon.config import ExonConfig
 from a3m.exon.engine import new_protocol
 from a3m.exon.secure import format_public_key
 from a3m.ids import SocketId
-from a3m.patterns import BUILTIN, GroupDirectory
+from a3m.patterns import GroupDirectory, register_builtin
 from a3m.runtime.cork import Cork
 from a3m.runtime.driver import Driver
 from a3m.runtime.endpoint import make_clock_store, make_resolver, path_mtu_for
@@ -85,8 +85,7 @@ class Node:
                                    entropy=os.urandom)
         self._core = NodeCore(self.id, Random(rng.random()),
                               max_message_size=config.max_message_size)
-        for name, cls in BUILTIN.items():
-            self._core.register_type(name, cls)
+        register_builtin(self._core)
         GroupDirectory.of(self._core)  # lists this node's DISH sockets to RADIOs
         self._nodes_listed_at = -1.0
         self._list_nodes(0.0)

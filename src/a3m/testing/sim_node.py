@@ -17,7 +17,7 @@ from a3m.core.node_core import NodeCore
 from a3m.core.transport import ExonBridge
 from a3m.exon import ExonConfig, MemoryClockStore
 from a3m.exon.engine import new_protocol
-from a3m.patterns import BUILTIN, GroupDirectory
+from a3m.patterns import GroupDirectory, register_builtin
 from a3m.testing.sim_exon import sim_engine
 from a3m.testing.sim_keys import sim_entropy, sim_key
 
@@ -34,8 +34,7 @@ class NodeHost:
                                   engine=sim_engine())
         self.core = NodeCore(name, Random(rng.random()),
                              max_message_size=config.max_message_size)
-        for kind, cls in BUILTIN.items():
-            self.core.register_type(kind, cls)
+        register_builtin(self.core)
         GroupDirectory.of(self.core)  # as a3m.Node: RADIOs find this node's DISHes
         self.bridge = ExonBridge(self.core, self.proto)  # as a3m.Node: the same glue
         self.app: Callable[[NodeHost, float], None] | None = None
