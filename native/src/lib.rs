@@ -13,6 +13,7 @@ pub mod aead;
 pub mod batch;
 pub mod exon;
 pub mod cookie_keys;
+pub mod exchange;
 pub mod meter;
 pub mod order_lock;
 pub mod poll_choice;
@@ -25,6 +26,8 @@ pub mod wire;
 pub mod python;
 #[cfg(feature = "python")]
 pub mod python_engine;
+#[cfg(feature = "python")]
+pub mod python_exchange;
 #[cfg(feature = "python")]
 pub mod python_alloc;
 #[cfg(feature = "python")]

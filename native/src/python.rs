@@ -535,6 +535,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<crate::python_io::OutBatch>()?;
     m.add_class::<SendOrder>()?;
     crate::python_engine::register(m)?;
+    crate::python_exchange::register(m)?;
     crate::python_batch::register(m)?;
     crate::python_recovery::register(m)?;
     crate::python_sendbuf::register(m)?;

@@ -315,6 +315,12 @@ pub struct ExonCore {
     /// An application thread leads (runs the turn itself): the native loop leaves the socket
     /// to it (`set_leader`).
     pub(crate) leader: std::sync::atomic::AtomicBool,
+    /// Until when a leader's wait (`lead_io`) sleeps at most, as f64 bits (0: none waits):
+    /// an exchange's send that sets an earlier timer wakes it (`python_exchange.rs`).
+    pub(crate) lead_until: std::sync::atomic::AtomicU64,
+    /// The node's lent REQ and REP sockets (`exchange.rs`), when it has an `Exchange`: a
+    /// leader's reads hand them their requests and replies without Python.
+    pub(crate) exchange: Mutex<Option<Arc<Mutex<crate::exchange::Table>>>>,
     /// Forgeries the native paths found (opened in place: counted here, added to the secure
     /// layer's `forged` when the counters are read).
     pub(crate) forged: std::sync::atomic::AtomicI64,
@@ -780,6 +786,8 @@ impl ExonCore {
             pending_tx: Mutex::new(Vec::new()),
             loop_until: std::sync::atomic::AtomicU64::new(0),
             leader: std::sync::atomic::AtomicBool::new(false),
+            lead_until: std::sync::atomic::AtomicU64::new(0),
+            exchange: Mutex::new(None),
             forged: std::sync::atomic::AtomicI64::new(0),
             refused: Default::default(),
             left: std::sync::atomic::AtomicU64::new(0),
@@ -1040,7 +1048,10 @@ impl ExonCore {
                 (false, false, 0.0)
             }
         };
-        let r = crate::python::guard("lead_io", || Ok(py.detach(|| self.io_loop(io, fd, wake_fd, until, spin, true))))?;
+        self.lead_until.store(until.to_bits(), std::sync::atomic::Ordering::SeqCst);
+        let r = crate::python::guard("lead_io", || Ok(py.detach(|| self.io_loop(io, fd, wake_fd, until, spin, true))));
+        self.lead_until.store(0, std::sync::atomic::Ordering::SeqCst);
+        let r = r?;
         if choose && r.input_after >= 0.0 {
             locked(&self.poll).record(polled, r.input_after, r.preempted);
         }

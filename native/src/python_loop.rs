@@ -50,6 +50,9 @@ pub const TIMEOUT: u8 = 0;
 pub const WOKEN: u8 = 1;
 pub const PYTHON: u8 = 2;
 pub const LEADER: u8 = 3;
+/// A leader's read handed lent sockets their messages (`exchange.rs`) and left Python
+/// nothing else: the waiting thread looks at its socket, no turn is due.
+pub const EXCHANGE: u8 = 4;
 
 /// Read up to `max` datagrams without the interpreter (see `python_io::read_batch`).
 fn read_fd(io: &UdpIo, fd: i32, max: usize) -> io::Result<Read> {
@@ -283,9 +286,56 @@ impl ExonCore {
                 self.send_native(io, fd, now, &tbl, limit);
                 return end.done(PYTHON);
             }
+            let took = if lead { self.exchange_take(now) } else { 0 };
             if self.send_native(io, fd, now, &tbl, limit) || self.python_due() {
                 return end.done(PYTHON);
             }
+            if took > 0 {
+                return end.done(EXCHANGE);
+            }
+        }
+    }
+
+    /// A leader's part of the exchange (`exchange.rs`): the `Delivered` events at the front
+    /// of the engine's queue that lent sockets take, in order, taken off it and consumed (a
+    /// lent link's credits bound what its socket keeps, as the Python bridge's `consumed`
+    /// after its turn); the first one not taken and all after it stay for Python. How many.
+    fn exchange_take(&self, now: f64) -> usize {
+        let Some(x) = locked(&self.exchange).clone() else { return 0 };
+        let mut e = locked(&self.eng);
+        if e.events.is_empty() {
+            return 0;
+        }
+        let mut t = locked(&x);
+        if t.is_empty() {
+            return 0;
+        }
+        let mut k = 0;
+        let mut bytes = 0i64;
+        for ev in e.events.iter() {
+            match ev {
+                crate::exon::events::Event::Delivered { source, payload } if t.offer(source, payload, now) => {
+                    k += 1;
+                    bytes += payload.len() as i64;
+                }
+                _ => break,
+            }
+        }
+        drop(t);
+        if k > 0 {
+            e.events.drain(..k);
+            e.consumed(bytes);
+        }
+        k
+    }
+
+    /// Send what the engine holds now from the calling thread, as the loop does (an
+    /// exchange's send); true when some of it is left to Python (`pending_tx`: a session the
+    /// plain rules do not cover), or the node has no native sessions.
+    pub(crate) fn flush_native(&self, io: &UdpIo, fd: i32, now: f64) -> bool {
+        match locked(&self.fast).clone() {
+            Some(crate::python_engine::FastPath { table: tbl, unanswered_rehandshake: limit, .. }) => self.send_native(io, fd, now, &tbl, limit),
+            None => true,
         }
     }
 

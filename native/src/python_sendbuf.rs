@@ -285,7 +285,7 @@ static CLOSED: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new()
 
 /// The socket behind a weak reference; gone, it was closed and let go: `a3m.Closed`, as a
 /// closed socket's own methods raise.
-fn live_owner<'py>(py: Python<'py>, owner: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn live_owner<'py>(py: Python<'py>, owner: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let o = owner.bind(py).call0()?;
     if !o.is_none() {
         return Ok(o);
@@ -296,7 +296,7 @@ fn live_owner<'py>(py: Python<'py>, owner: &Py<PyAny>) -> PyResult<Bound<'py, Py
     Err(PyErr::from_value(cls.bind(py).call1(("the socket is closed",))?))
 }
 
-fn timeout_ok(t: Option<&Bound<'_, PyAny>>) -> bool {
+pub(crate) fn timeout_ok(t: Option<&Bound<'_, PyAny>>) -> bool {
     match t {
         None => true,
         Some(t) if t.is_none() => true,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from random import Random
-from typing import Protocol
+from typing import Any, Protocol
 
 from a3m.core import message as m
 from a3m.core.credits import CreditBudget
@@ -85,6 +85,10 @@ class NodeBase:
         #: ``fn(kind, tag, peer, reason)``, kind ``linked``, ``unlinked`` or ``link_refused``.
         #: Called on the node's I/O path: keep it cheap and never raise.
         self.link_event: Callable[[str, str, tuple[str, str], str], None] | None = None
+        #: Takes a socket lent to a native exchange back before the core acts on it (the
+        #: runtime's ``a3m.runtime.exchange``; a socket's ``lent`` says which are): the
+        #: doors are :meth:`NodeCore.receive`, the timers and the peers and messages lost.
+        self.take_back: Callable[[Any], None] | None = None
 
     def next_incarnation(self) -> int:
         self._inc += 1

@@ -136,9 +136,12 @@ class NodeCore(NodeBase):
                 self.log(f"dropped a malformed message from {src_node}: {exc}")
                 return
             sock = self.sockets.get(dst_tag)
-            if sock is not None and sock.on_sequenced_fast(src_node, src_tag, t, src_inc,
-                                                           dst_inc, seq, payload):
-                return
+            if sock is not None:
+                if sock.lent:
+                    sock.take_back()
+                if sock.on_sequenced_fast(src_node, src_tag, t, src_inc, dst_inc, seq,
+                                          payload):
+                    return
         try:
             msg = m.decode(data)
         except ProtocolViolation as exc:
@@ -149,6 +152,8 @@ class NodeCore(NodeBase):
                 and len(self.known_nodes) < MAX_LEARNT_NODES:
             self.node_known(src_node)
         sock = self.sockets.get(msg.dst_tag)
+        if sock is not None and sock.lent:
+            sock.take_back()
         if sock is None:
             self.not_found += 1
             if msg.type != m.ERROR:  # never an ERROR in answer to an ERROR
@@ -171,6 +176,8 @@ class NodeCore(NodeBase):
         except ProtocolViolation:
             return
         sock = self.sockets.get(msg.src_tag)
+        if sock is not None and sock.lent:
+            sock.take_back()
         if sock is not None and msg.src_inc:
             never: list[int] | None = None
             if surely_not and msg.type in (m.DATA, m.BATCH):
@@ -192,6 +199,8 @@ class NodeCore(NodeBase):
         self.now = now
         before = self.unknown_outcomes()
         for sock in list(self.sockets.values()):
+            if sock.lent:
+                sock.take_back()
             sock.peer_lost(node_id, reason)
         return self.unknown_outcomes() - before
 
@@ -215,8 +224,14 @@ class NodeCore(NodeBase):
     def handle_timer(self, now: float) -> None:
         self.now = now
         for sock in list(self.sockets.values()):
+            if sock.lent:
+                t = sock.next_timer()
+                if t is None or t > now:
+                    continue  # (nothing of its is due: it stays lent)
+                sock.take_back()
             sock.handle_timer(now)
         self._drain_local()
+
 
 
 __all__ = ["NodeCore", "NodeBase", "DeliveryObserver", "BATCH_BYTES", "SocketFactory",

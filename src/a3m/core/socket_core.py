@@ -174,6 +174,8 @@ class SocketCore(LinkLifecycle):
         raise UsageError(f"unknown option {name!r} for a {self.kind} socket")
 
     def set_option(self, name: str, value: Any) -> None:
+        if self.lent:
+            self.take_back()
         if not hasattr(self.options, name):
             self.set_pattern_option(name, value)
             return

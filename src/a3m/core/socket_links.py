@@ -83,6 +83,8 @@ class LinkLifecycle(RecvPath):
 
     def unlink(self, peer: PeerId, now: float) -> None:
         """Unlink from ``peer`` without losing what is in flight either way."""
+        if self.lent:
+            self.take_back()
         self.retry_at.pop(peer, None)
         self._retry_count.pop(peer, None)
         self._relink.discard(peer)
@@ -97,6 +99,8 @@ class LinkLifecycle(RecvPath):
 
     def close(self, now: float) -> None:
         """Refuse new links and unlink every link gracefully."""
+        if self.lent:
+            self.take_back()
         self.closed = True
         self.retry_at.clear()
         for peer in list(self.links):

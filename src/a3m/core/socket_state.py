@@ -140,6 +140,20 @@ class SocketState:
         #: (``a3m.runtime.cork``). The patterns that exchange set it (REQ, REP, SURVEYOR,
         #: RESPONDENT); a custom pattern may too.
         self.exchange = False
+        #: The runtime lent this socket's links and pattern state to a native exchange
+        #: (``a3m.runtime.exchange``): the core holds none of it until the node's
+        #: ``take_back`` gives it back, which every door of the core calls first.
+        self.lent = False
+
+    def take_back(self) -> None:
+        """Before the core acts on a socket lent to a native exchange (``lent``): its state
+        back from there (:attr:`NodeBase.take_back`). The core's doors call it: the node's
+        for what arrives, the timers and what is lost; the pattern's and the socket's own
+        for what the application asks."""
+        fn = self.node.take_back
+        if fn is not None:
+            fn(self)
+        self.lent = False
 
     # ================================================================ queries
 

@@ -37,6 +37,8 @@ class Req(SocketCore):
         self._failed: str | None = None
 
     def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+        if self.lent:  # (lent to the runtime's native exchange: back first)
+            self.take_back()
         if self._outstanding is not None or self._reply is not None:
             raise UsageError("REQ: a request is outstanding; receive its reply first")
         link = self.choose_send_link(payload)
@@ -49,6 +51,8 @@ class Req(SocketCore):
         return True
 
     def pattern_can_send(self) -> bool:
+        if self.lent:  # (lent to the runtime's native exchange: back first)
+            self.take_back()
         return self._outstanding is None and super().pattern_can_send()
 
     def on_data(self, link: Link, payload: bytes) -> None:
@@ -76,6 +80,8 @@ class Req(SocketCore):
                                 "the request unanswered")
 
     def choose_recv(self) -> Received | None:
+        if self.lent:  # (lent to the runtime's native exchange: back first)
+            self.take_back()
         if self._reply is not None:
             reply, self._reply = self._reply, None
             if self._reply_link is not None:
@@ -91,6 +97,8 @@ class Req(SocketCore):
 
     @property
     def readable(self) -> bool:
+        if self.lent:
+            self.take_back()
         return self._reply is not None or self._failed is not None
 
 
@@ -122,6 +130,8 @@ class Rep(SocketCore):
             self.dropped_from(link, gone)
 
     def choose_recv(self) -> Received | None:
+        if self.lent:  # (lent to the runtime's native exchange: back first)
+            self.take_back()
         if self._owed is not None:
             if self._owed[0].established:
                 raise UsageError("REP: reply to the last request before receiving the next")
@@ -137,10 +147,14 @@ class Rep(SocketCore):
 
     @property
     def readable(self) -> bool:
+        if self.lent:
+            self.take_back()
         owed = self._owed
         return (owed is None or not owed[0].established) and bool(self._requests)
 
     def pattern_send(self, payload: bytes, **kw: Any) -> bool:
+        if self.lent:  # (lent to the runtime's native exchange: back first)
+            self.take_back()
         if self._owed is None:
             raise UsageError("REP: no request to reply to; receive one first")
         link, ident = self._owed
@@ -154,6 +168,8 @@ class Rep(SocketCore):
         return True
 
     def pattern_can_send(self) -> bool:
+        if self.lent:  # (lent to the runtime's native exchange: back first)
+            self.take_back()
         # A reply whose requester went away "can be sent": the send raises LinkError at once.
         owed = self._owed
         return owed is not None and (owed[0].can_send or not owed[0].established)

@@ -61,6 +61,9 @@ PARK_S = 0.002
 #: Longest single select of the I/O thread or a leader (seconds).
 MAX_SLEEP_S = 1.0
 LOOP_LEADER = 3  # run_io's reason: input came while an application thread leads
+#: lead_io's reason: lent sockets (a3m.runtime.exchange) took what a leader read, and Python
+#: has nothing else to do.
+EXCHANGE = 4
 #: The I/O thread's next step (``Driver._plan``).
 _GO, _PARKED, _STOPPED, _FINISHED = 0, 1, 2, 3
 #: While the layer above's output waits for Exon's window (``upper_waits``), a leader polls
@@ -275,6 +278,9 @@ class Driver:
         #: is in ``upper_timer``); a leader hands it down before it goes.
         self._upper_output = upper_output
         self._on_turn = on_turn
+        #: The node's native exchange of REQ and REP (``a3m.runtime.exchange``; None:
+        #: none): told of a new socket layer when the driver rebinds.
+        self.exchange: Any = None
         self.lock = threading.Lock()
         self._in_native = False  # the I/O thread is in the native loop (see _sleep_until)
         self.cond = threading.Condition(self.lock)
@@ -327,6 +333,8 @@ class Driver:
         self.window_waits = 0
         self.loop_reads = 0  # datagrams the native loop read (diagnostics)
         self.lead_reads = 0  # datagrams leaders' native waits read (lead_io; diagnostics)
+        #: Leader waits that lent sockets' messages ended without a turn (diagnostics).
+        self.lead_exchanges = 0
         self._io_thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._io_thread.start()
 
@@ -354,6 +362,12 @@ class Driver:
             os.write(self._wake_w, b"\0")
         except (BlockingIOError, OSError):
             pass
+
+    def wake_locked(self) -> None:
+        """:meth:`wake` from a thread that does not hold the lock (a native exchange's
+        send that left output to Python or set an earlier timer)."""
+        with self.lock:
+            self.wake()
 
     def notify_all(self) -> None:
         """Under the lock: wake every blocked call (``wait``) so that it re-checks its state;
@@ -401,6 +415,7 @@ class Driver:
         sock = self._sock
         lead_io = self._lead_io
         read = True
+        turn = True
         self.lock.release()
         try:
             try:
@@ -414,10 +429,13 @@ class Driver:
                             # frames and timers and their output, until Python has work; the
                             # turn then reads only what the loop left (the wait's own
                             # reads: none without sessions).
-                            _, reads, _, hit = lead_io(
+                            why, reads, _, hit = lead_io(
                                 self._io, self._wake_r, now + wait_s,
                                 WINDOW_POLL_S if window and self._busy_poll_s else 0.0)
                             read = reads == 0
+                            # Lent sockets took what came and Python has nothing else to
+                            # do: the callers look at their sockets, no turn is due.
+                            turn = why != EXCHANGE
                             self.lead_reads += reads
                             if hit:
                                 self.poll_hits += 1
@@ -428,7 +446,11 @@ class Driver:
                         log.exception("a3m native wait error (counted, loop continues)")
             finally:
                 self.lock.acquire()  # once: the turn runs under it (see _turn)
-            if self._running:
+            if not turn:
+                self.lead_exchanges += 1
+                if self._waiters:  # (what came may be another waiting thread's)
+                    self.cond.notify_all()
+            elif self._running:
                 try:
                     self._turn(self._buf, self._view, leader=True, read=read)
                 except Exception:  # an application call must not fail for the loop's errors
@@ -625,6 +647,8 @@ class Driver:
         self._lead_io: Callable[..., tuple[int, int, float, bool]] | None = (
             None if self._native_loop is None or self._fused is None
             else self.proto.lead_io)  # type: ignore[attr-defined]
+        if self.exchange is not None:
+            self.exchange.set_io(self._io)
 
     def rebind(self, bind: str | tuple[str, int]) -> None:
         """Move to another local address; peers learn it from our next datagrams."""

@@ -19,6 +19,7 @@ from functools import partial
 from random import Random
 from typing import TYPE_CHECKING, Any
 
+from a3m._dataplane import native
 from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import SocketCore
 from a3m.core.transport import ExonBridge
@@ -38,6 +39,9 @@ from a3m.runtime.events import (
     EventQueue,
     NodeEvent,
 )
+from a3m.runtime.exchange import KINDS as EXCHANGED
+from a3m.runtime.exchange import ExchangeSocket, Lender, weak_method
+from a3m.runtime.exchange import wanted as exchange_wanted
 from a3m.runtime.identity import node_key
 from a3m.runtime.node_turn import after_call, on_turn, take_buffers, upper_deadline, upper_output
 from a3m.runtime.ready_fd import ReadyPipe
@@ -126,7 +130,18 @@ class Node:
         self._on_turn: Callable[[float], None] = partial(on_turn, self)
         #: ``_after_call(now=-1.0, sock=None)``: see :func:`~a3m.runtime.node_turn.after_call`.
         self._after_call: Callable[..., None] = partial(after_call, self)
+        #: REQ and REP's native exchange (``a3m.runtime.exchange``; None: none, the core
+        #: does it all): made where the driver's leaders wait natively.
+        self._lender: Lender | None = None
         self._driver = self._make_driver(bind, config)
+        drv = self._driver
+        if (native is not None and config.secure and exchange_wanted()
+                and getattr(drv, "_lead_io", None) is not None):
+            x = native.Exchange(self._proto, drv._io, weak_method(self, "_wake_driver"),
+                                weak_method(self, "_unsent"))
+            drv.exchange = x
+            self._lender = Lender(x, self)
+            self._core.take_back = self._lender.take_back
 
     def _make_driver(self, bind: str | tuple[str, int], config: ExonConfig) -> Driver:
         """The I/O under the node: one thread here; ``a3m.aio`` drives it from its loop."""
@@ -179,7 +194,9 @@ class Node:
                 raise UsageError(f"socket kind {kind!r} is not available (known: "
                                  f"{', '.join(sorted(self._core.types))})")
             core = self._core.create(kind, tag, **options)
-            sock = Socket(self, core)
+            lender = self._lender
+            sock = (Socket(self, core) if lender is None or type(core) not in EXCHANGED
+                    else ExchangeSocket(self, core, lender))
             self._sockets[core.tag] = sock
             return sock
 
@@ -312,6 +329,7 @@ class Node:
             return True
         deadline = _deadline(timeout)
         clean = True
+        self._end_exchange()
         for sock in list(self._sockets.values()):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             clean = sock.close(left) and clean
@@ -335,6 +353,31 @@ class Node:
         return f"<a3m.Node {self.id!r}{' closed' if self._closed else ''}>"
 
     # ------------------------------------------------------------------ internals
+
+    def _end_exchange(self) -> None:
+        """Closing: every lent socket back in the core, and the engine hands lent sockets
+        nothing more (``a3m.runtime.exchange``)."""
+        lender = self._lender
+        if lender is None:
+            return
+        drv = self._driver
+        with drv.lock:
+            lender.take_all_back()
+            lender.waiting.clear()
+            self._lender = None
+            drv.exchange.detach()
+
+    def _wake_driver(self) -> None:
+        """A native exchange's send left output to Python or set an earlier timer."""
+        self._driver.wake_locked()
+
+    def _unsent(self, peer: str, data: bytes) -> None:
+        """A message a native exchange made and Exon refused after all (the node closing):
+        the bridge's outbox holds it as any other, and a turn pumps it."""
+        drv = self._driver
+        with drv.lock:
+            self._bridge.outbox.append((peer, data))
+            drv.wake()
 
     def _check_open(self) -> None:
         if self._closed or not self._driver.running:

@@ -75,6 +75,9 @@ def on_turn(node: Any, now: float) -> None:
         for sock in list(node._reading_ahead):
             sock._report()
     bridge.pump(now)
+    lender = node._lender
+    if lender is not None and lender.waiting:  # REQ and REP sockets to lend (taken back)
+        lender.lend_waiting()
     if node._listeners:  # (an empty list's loop makes an iterator all the same)
         for fn in node._listeners:
             fn()
@@ -115,6 +118,9 @@ def after_call(node: Any, now: float = -1.0, sock: Any = None) -> None:
         # per REQ/REP round trip cost ~80 us; the ACK of what was taken usually brings a
         # turn sooner).
         drv.wake_by(node._taken_due)
+    lender = node._lender
+    if lender is not None and lender.waiting:  # REQ and REP sockets to lend (taken back)
+        lender.lend_waiting()
     if drv._waiters or drv._leader is not None or drv._futures:
         drv.notify_all()
     if node._listeners:

@@ -136,6 +136,40 @@ def take(sock: Any, fn: Callable[[], _T | None], timeout: float | None, what: st
             drv.wait(left)
 
 
+def take_exchange(sock: Any, x: Any, timeout: float | None) -> bytes:
+    """:meth:`a3m.Socket.recv` of a REQ or REP socket that has a native exchange (``x``, its
+    ``a3m._native.XSocket``; ``a3m.runtime.exchange``): under the node's lock, the exchange's
+    ``take`` until it gives the payload, waiting for the network in between (a leader's
+    reads hand a lent socket its message, and the wait ends without a turn); where it says
+    the core must act (False: the socket is not lent, a FLOW is due, a misuse to report),
+    the core's receive, through the socket's ``_core``, which takes the socket back."""
+    if timeout is not None and timeout < 0:
+        check_timeout(timeout)
+    node = sock.node
+    drv = node._driver
+    deadline = -1.0
+    with drv.lock:
+        while True:
+            now = time.monotonic()
+            got = x.take()
+            if got is False:
+                core: SocketCore = sock._core
+                core.node.now = now
+                got = core.try_recv_payload()
+                if got is not None:
+                    after_call(node)
+            if got is not None:
+                out: bytes = got
+                return out
+            if sock._closed or node._closed or not drv._running or drv._lingering:
+                sock._check_open()  # (it raises)
+            if timeout is None:
+                drv.wait(None)
+                continue
+            deadline, left = time_left(timeout, deadline, now, sock, "recv")
+            drv.wait(left)
+
+
 def recv_now(sock: Any) -> bytes | None:
     """:meth:`a3m.Socket.recv` with ``timeout=0`` that returns None instead of raising
     WouldBlock (``a3m.aio`` tries this way: a raised exception per wait cost more than the

@@ -1,0 +1,371 @@
+//! The bindings of REQ and REP's native exchange (`exchange.rs`; docs/design.md 1e, "The
+//! exchange"): `Exchange`, one a node, shares its table of lent sockets with the node's
+//! `ExonCore` (a leader's reads hand them their messages), and `XSocket`, one a REQ or REP
+//! socket, is its `send` and `recv`: a request or a reply in one native call while the
+//! socket is lent, else the Python method (`a3m.runtime.exchange`, which lends and takes
+//! back).
+
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyBool, PyBytes};
+
+use crate::exchange::{Lent, Row, Table, Take, REP, REQ};
+use crate::python::UdpIo;
+use crate::python_engine::{locked, ExonCore};
+use crate::python_io::monotonic;
+use crate::python_sendbuf::{live_owner, timeout_ok};
+
+/// A lent link, as `a3m.runtime.exchange` hands it over: the peer's node and tag, this
+/// side's incarnation, the link's head, then its counters (`ROW_INTS`, `ROW_FLOATS`).
+type RowIn = (String, String, u64, Vec<u8>, Vec<i64>, Vec<f64>);
+/// A link's counters as they come back: `BACK_INTS`, `BACK_FLOATS`.
+type RowBack = (Vec<i64>, Vec<f64>);
+/// What `reclaim` gives back: the rows, the inbox, what is owed, the last request id, and
+/// the socket's received, delivered and sent counts since it was lent.
+type Reclaimed = (Vec<RowBack>, Vec<(usize, u32, Py<PyBytes>)>, Option<(usize, u32)>, u32, i64, i64, i64);
+
+/// The integer counters of a lent row, in this order.
+const ROW_INTS: [&str; 17] = [
+    "expected_seq", "next_seq", "received", "max_edge", "arrived_bytes", "delivered", "edge", "capacity", "batch",
+    "limit", "round_start_delivered", "flow_seq", "send_edge", "send_sent", "send_flow_seq", "data_in", "processed",
+];
+/// The integer counters a lent socket changes, in the order `reclaim` gives them back.
+const BACK_INTS: [&str; 14] = [
+    "expected_seq", "next_seq", "received", "max_edge", "arrived_bytes", "delivered", "edge", "round_start_delivered",
+    "flow_seq", "send_edge", "send_sent", "send_flow_seq", "data_in", "processed",
+];
+/// Its float counters.
+const ROW_FLOATS: [&str; 3] = ["round_end", "last_active", "ka_at"];
+
+fn row_of(r: RowIn) -> PyResult<Row> {
+    let (node, tag, my_inc, head, i, f) = r;
+    if i.len() != ROW_INTS.len() || f.len() != ROW_FLOATS.len() {
+        return Err(pyo3::exceptions::PyValueError::new_err("a lent row has the wrong number of counters"));
+    }
+    Ok(Row {
+        peer_node: Arc::from(node.as_str()),
+        peer_tag: tag,
+        my_inc,
+        head,
+        expected_seq: i[0] as u64,
+        next_seq: i[1] as u64,
+        received: i[2],
+        max_edge: i[3],
+        arrived_bytes: i[4],
+        delivered: i[5],
+        edge: i[6],
+        capacity: i[7],
+        batch: i[8],
+        limit: i[9],
+        round_start_delivered: i[10],
+        flow_seq: i[11],
+        send_edge: i[12],
+        send_sent: i[13],
+        send_flow_seq: i[14] as u64,
+        data_in: i[15],
+        processed: i[16],
+        round_end: f[0],
+        last_active: f[1],
+        ka_at: f[2],
+    })
+}
+
+/// The counters a lent row may have changed (`BACK_INTS`; then round_end, last_active).
+fn back_of(r: &Row) -> RowBack {
+    (
+        vec![
+            r.expected_seq as i64,
+            r.next_seq as i64,
+            r.received,
+            r.max_edge,
+            r.arrived_bytes,
+            r.delivered,
+            r.edge,
+            r.round_start_delivered,
+            r.flow_seq,
+            r.send_edge,
+            r.send_sent,
+            r.send_flow_seq as i64,
+            r.data_in,
+            r.processed,
+        ],
+        vec![r.round_end, r.last_active],
+    )
+}
+
+/// A node's lent REQ and REP sockets (see the module's docstring). `wake`: a weak method,
+/// the driver's wake-up under its lock, called when an exchange's send leaves output to
+/// Python or sets a timer earlier than a sleeper's deadline; `unsent`: a weak method that
+/// puts `(peer, message)` in the Python bridge's outbox, for a message Exon refused after
+/// all (the node closing). (Weak: the driver holds the exchange.)
+#[pyclass(module = "a3m._native", name = "Exchange", frozen)]
+pub struct Exchange {
+    table: Arc<Mutex<Table>>,
+    engine: Py<ExonCore>,
+    io: Mutex<Py<UdpIo>>,
+    wake: Py<PyAny>,
+    unsent: Py<PyAny>,
+}
+
+impl Exchange {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        locked(&self.table)
+    }
+
+    /// A message Exon took for sendable a moment ago and refused (closing since): the
+    /// bridge's outbox holds it as it holds any message Exon refuses, and its pump decides.
+    fn unsent(&self, py: Python<'_>, peer: &str, msg: &[u8]) -> PyResult<()> {
+        let unsent = self.unsent.bind(py).call0()?; // (a weak method: no cycle)
+        if !unsent.is_none() {
+            unsent.call1((peer, PyBytes::new(py, msg)))?;
+        }
+        Ok(())
+    }
+
+    /// What the engine holds now goes out from this thread (as the driver's `flush`); the
+    /// driver is woken where some of it is left to Python or a timer it set comes before
+    /// the deadline a sleeper waits until (the native loop's or a leader's).
+    fn flush(&self, py: Python<'_>, core: &ExonCore, now: f64) -> PyResult<()> {
+        let io = locked(&self.io).clone_ref(py);
+        let io = io.bind(py).borrow();
+        let fd = io.fd(py)?;
+        let left = core.flush_native(&io, fd, now);
+        let t = core.eng.lock_py_attached(py).unwrap_or_else(|p| p.into_inner()).exon_timer();
+        let until = |a: &std::sync::atomic::AtomicU64| f64::from_bits(a.load(std::sync::atomic::Ordering::SeqCst));
+        let (lu, ld) = (until(&core.loop_until), until(&core.lead_until));
+        let early = t.is_some_and(|t| (lu > 0.0 && t < lu) || (ld > 0.0 && t < ld));
+        if left || early {
+            let wake = self.wake.bind(py).call0()?; // (a weak method: no cycle)
+            if !wake.is_none() {
+                wake.call0()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Exchange {
+    /// The exchange of the node whose engine is `engine` and socket layer `io`, installed
+    /// in the engine (a leader's reads hand lent sockets their messages from now on).
+    #[new]
+    fn new(engine: Bound<'_, ExonCore>, io: Py<UdpIo>, wake: Py<PyAny>, unsent: Py<PyAny>) -> Self {
+        let table = Arc::new(Mutex::new(Table::default()));
+        *locked(&engine.borrow().exchange) = Some(table.clone());
+        Exchange { table, engine: engine.unbind(), io: Mutex::new(io), wake, unsent }
+    }
+
+    /// The socket layer changed (the node rebound): sends go through `io` from now on.
+    fn set_io(&self, io: Py<UdpIo>) {
+        *locked(&self.io) = io;
+    }
+
+    /// The engine stops handing lent sockets anything (the node closes); what is lent stays
+    /// until taken back.
+    fn detach(&self, py: Python<'_>) {
+        *locked(&self.engine.bind(py).borrow().exchange) = None;
+    }
+
+    /// Lend the socket `tag` (kind 1 REP, 2 REQ): its established links' rows (see
+    /// `RowIn`), its requests not yet received (REP) or its reply (REQ) as (row, id, body),
+    /// what it owes (REP: the request to answer; REQ: the request outstanding) as (row, id),
+    /// the last request id (REQ), its `keepalive_s` and the largest payload a send takes.
+    #[allow(clippy::too_many_arguments)]
+    fn lend(
+        &self,
+        tag: String,
+        kind: u8,
+        rows: Vec<RowIn>,
+        inbox: Vec<(usize, u32, Vec<u8>)>,
+        owed: Option<(usize, u32)>,
+        next_id: u32,
+        ka_s: f64,
+        max_payload: usize,
+    ) -> PyResult<()> {
+        if kind != REP && kind != REQ {
+            return Err(pyo3::exceptions::PyValueError::new_err("a lent socket is a REP (1) or a REQ (2)"));
+        }
+        let rows: Vec<Row> = rows.into_iter().map(row_of).collect::<PyResult<_>>()?;
+        let n = rows.len();
+        if inbox.iter().any(|e| e.0 >= n) || owed.is_some_and(|o| o.0 >= n) {
+            return Err(pyo3::exceptions::PyValueError::new_err("a lent message names no lent row"));
+        }
+        let mut l = Lent::new(kind, rows, ka_s, max_payload);
+        l.inbox = inbox.into_iter().collect();
+        l.owed = owed;
+        l.next_id = next_id;
+        self.table().socks.insert(tag, l);
+        Ok(())
+    }
+
+    /// Take the socket `tag` back: None when it is not lent, else what `Reclaimed` says.
+    fn reclaim(&self, py: Python<'_>, tag: &str) -> Option<Reclaimed> {
+        let l = self.table().socks.remove(tag)?;
+        Some((
+            l.rows.iter().map(back_of).collect(),
+            l.inbox.into_iter().map(|(i, id, b)| (i, id, PyBytes::new(py, &b).unbind())).collect(),
+            l.owed,
+            l.next_id,
+            l.received,
+            l.delivered,
+            l.sent,
+        ))
+    }
+
+    /// Whether the socket `tag` is lent.
+    fn lent(&self, tag: &str) -> bool {
+        self.table().socks.contains_key(tag)
+    }
+
+    /// The tags of the lent sockets.
+    fn tags(&self) -> Vec<String> {
+        self.table().socks.keys().cloned().collect()
+    }
+
+    /// The send and receive of the socket `tag` (see `XSocket`): `slow_send(owner, data,
+    /// timeout, cookie)` and `slow_recv(owner, timeout)` are the Python methods, `owner`
+    /// a weak reference to the socket.
+    fn socket(slf: Py<Self>, tag: String, slow_send: Py<PyAny>, slow_recv: Py<PyAny>, owner: Py<PyAny>) -> XSocket {
+        XSocket { x: slf, tag, slow_send, slow_recv, owner }
+    }
+
+    /// The lent row counters' names, in the order `lend` takes them and `reclaim` gives
+    /// them back (`reclaim`'s: those a lent socket changes).
+    #[staticmethod]
+    fn row_fields() -> (Vec<&'static str>, Vec<&'static str>, Vec<&'static str>, Vec<&'static str>) {
+        (
+            ROW_INTS.to_vec(),
+            ROW_FLOATS.to_vec(),
+            BACK_INTS.to_vec(),
+            vec!["round_end", "last_active"],
+        )
+    }
+}
+
+/// A REQ or REP socket's `send` and `recv` (see `Exchange.socket`): while the socket is
+/// lent, a plain request or reply (bytes, no cookie, a timeout absent or not negative) goes
+/// to Exon and out, and a request or reply already there is taken, in one native call each;
+/// anything else runs the Python method, which takes the socket back where the core must
+/// act.
+#[pyclass(module = "a3m._native", name = "XSocket", frozen)]
+pub struct XSocket {
+    x: Py<Exchange>,
+    tag: String,
+    slow_send: Py<PyAny>,
+    slow_recv: Py<PyAny>,
+    owner: Py<PyAny>,
+}
+
+impl XSocket {
+    /// The exchange's receive; a FLOW it made due goes to Exon and out at once, as the
+    /// core's after-call sends it.
+    fn take_native(&self, py: Python<'_>) -> PyResult<Take> {
+        let x = self.x.get();
+        let core = x.engine.bind(py).borrow();
+        let now = monotonic();
+        let got = {
+            let mut e = core.eng.lock_py_attached(py).unwrap_or_else(|p| p.into_inner());
+            let got = {
+                let eng = &*e;
+                x.table().take(&self.tag, now, &mut |peer| eng.srtt(peer), &|p| eng.can_send(p))
+            };
+            match got {
+                Take::Got(body, Some((peer, flow))) => {
+                    if e.send(&peer, &flow, now, false).is_err() {
+                        drop(e);
+                        x.unsent(py, &peer, &flow)?;
+                    }
+                    Take::Got(body, Some((peer, Vec::new())))
+                }
+                other => other,
+            }
+        };
+        if let Take::Got(_, Some(_)) = got {
+            x.flush(py, &core, now)?;
+        }
+        Ok(got)
+    }
+
+    /// A plain send natively; false: the Python method's (nothing changed).
+    fn send_native(&self, py: Python<'_>, payload: &[u8]) -> PyResult<bool> {
+        let x = self.x.get();
+        let core = x.engine.bind(py).borrow();
+        let now = monotonic();
+        let mut refused: Option<(std::sync::Arc<str>, Vec<u8>)> = None;
+        {
+            let mut e = core.eng.lock_py_attached(py).unwrap_or_else(|p| p.into_inner());
+            let made = x.table().send(&self.tag, payload, now, &|p| e.can_send(p));
+            let Some((peer, msg)) = made else { return Ok(false) };
+            if e.send(&peer, &msg, now, false).is_err() {
+                refused = Some((peer, msg));
+            }
+        }
+        if let Some((peer, msg)) = refused {
+            x.unsent(py, &peer, &msg)?;
+            return Ok(true);
+        }
+        x.flush(py, &core, now)?;
+        Ok(true)
+    }
+}
+
+#[pymethods]
+impl XSocket {
+    /// The socket's ``recv``: a request (REP) or the reply (REQ) already there, natively;
+    /// else the Python ``recv`` (which waits).
+    #[pyo3(signature = (timeout = None))]
+    fn recv(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        let got = crate::python::guard("XSocket.recv", || if timeout_ok(timeout) { self.take_native(py) } else { Ok(Take::Python) })?;
+        if let Take::Got(b, _) = got {
+            return Ok(PyBytes::new(py, &b).into_any().unbind());
+        }
+        let owner = live_owner(py, &self.owner)?;
+        Ok(self.slow_recv.bind(py).call1((owner, timeout))?.unbind())
+    }
+
+    /// The socket's ``send``: a reply (REP) or a request (REQ) natively (see the class's
+    /// docstring), else the Python ``send``.
+    #[pyo3(signature = (data, timeout = None, cookie = None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        cookie: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        if cookie.is_none_or(|c| c.is_none()) && timeout_ok(timeout) {
+            if let Ok(b) = data.cast_exact::<PyBytes>() {
+                if crate::python::guard("XSocket.send", || self.send_native(py, b.as_bytes()))? {
+                    return Ok(py.None());
+                }
+            }
+        }
+        let owner = live_owner(py, &self.owner)?;
+        Ok(self.slow_send.bind(py).call1((owner, data, timeout, cookie))?.unbind())
+    }
+
+    /// Under the node's lock, for the Python ``recv``'s wait: the payload natively (bytes),
+    /// nothing yet (None), or False: the core must do it (the socket not lent, a FLOW due,
+    /// a misuse to report).
+    fn take(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match crate::python::guard("XSocket.take", || self.take_native(py))? {
+            Take::Got(b, _) => PyBytes::new(py, &b).into_any().unbind(),
+            Take::Wait => py.None(),
+            Take::Python => PyBool::new(py, false).to_owned().into_any().unbind(),
+        })
+    }
+
+    /// The socket's tag.
+    #[getter]
+    fn tag(&self) -> &str {
+        &self.tag
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Exchange>()?;
+    m.add_class::<XSocket>()?;
+    Ok(())
+}
