@@ -15,12 +15,16 @@
 //! - `decode_sequenced`: never panics; a message that reads is made again, byte for byte,
 //!   from its fields (its tags, incarnations, type, sequence number and payload); a refusal is
 //!   one of the four of `sequenced`.
+//! - `exchange_offer`: a core message offered to lent REQ and REP sockets (`exchange::Table`):
+//!   never panics; one not taken leaves the table unchanged; a FLOW that reads is made again,
+//!   byte for byte, from its fields.
 
 #![allow(dead_code)]
 
 use a3m_native::aead::{self, Cipher};
 use a3m_native::cookie_keys::{self, Check, CookieKeys};
 use a3m_native::batch;
+use a3m_native::exchange::{self, Lent, Row, Table, REP, REQ};
 use a3m_native::sequenced;
 use a3m_native::wire::{self, Frame, WireError};
 
@@ -217,4 +221,60 @@ pub fn decode_sequenced(data: &[u8]) -> bool {
             false
         }
     }
+}
+
+/// A table with a REP (`rep`, linked to `n/req` and `m/req`) and a REQ (`req`, its request 5
+/// outstanding to `n/rep`) lent: what `exchange_offer` offers its input to.
+pub fn exchange_table() -> Table {
+    let row = |node: &str, tag: &str, me: &str| Row {
+        peer_node: std::sync::Arc::from(node),
+        peer_tag: tag.to_string(),
+        my_inc: 7,
+        head: sequenced::data_head(me, tag, 7, 9),
+        expected_seq: 1,
+        next_seq: 1,
+        received: 0,
+        max_edge: 8,
+        arrived_bytes: 0,
+        delivered: 0,
+        edge: 8,
+        capacity: 8,
+        batch: 2,
+        limit: 64,
+        round_end: 0.0,
+        round_start_delivered: 0,
+        flow_seq: 0,
+        send_edge: 8,
+        send_sent: 0,
+        send_flow_seq: 0,
+        data_in: 0,
+        processed: 0,
+        last_active: 0.0,
+        ka_at: f64::INFINITY,
+    };
+    let mut t = Table::default();
+    t.socks.insert("rep".into(), Lent::new(REP, vec![row("n", "req", "rep"), row("m", "req", "rep")], 5.0, 1 << 20));
+    let mut req = Lent::new(REQ, vec![row("n", "rep", "req")], 5.0, 1 << 20);
+    req.owed = Some((0, 5));
+    t.socks.insert("req".into(), req);
+    t
+}
+
+/// The checks of an exchange's `offer` (and `decode_flow`) on `data`; whether it was taken.
+pub fn exchange_offer(data: &[u8]) -> bool {
+    if let Some((src, dst, src_inc, dst_inc, flow_seq, edge)) = exchange::decode_flow(data) {
+        let again = exchange::flow_message(&sequenced::data_head(src, dst, src_inc, dst_inc), flow_seq as u32, edge);
+        assert_eq!(again, data, "a FLOW read is made again differently");
+    }
+    let mut taken = false;
+    for node in ["n", "m"] {
+        let mut t = exchange_table();
+        let before = t.socks.clone();
+        if t.offer(node, data, 1.0) {
+            taken = true;
+        } else {
+            assert_eq!(t.socks, before, "a refused offer changed the table");
+        }
+    }
+    taken
 }

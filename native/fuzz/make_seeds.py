@@ -1,7 +1,7 @@
 """Seed the fuzz corpora with valid datagrams (and a few damaged ones), made by the Python
 twins, the specification: ``.venv/bin/python native/fuzz/make_seeds.py DIR`` writes
 ``DIR/<target>/<sha1>`` (libFuzzer's naming) for decode_frames, decode_header, aead_open,
-split_batch and decode_sequenced.
+split_batch, decode_sequenced and exchange_offer.
 The kept corpora (tests/fuzz/corpus/) were seeded so, then fuzzed and minimized
 (docs/testing.md, "The native data plane").
 """
@@ -82,6 +82,28 @@ def sequenced() -> list[bytes]:
                    good[0][:9] + b"\xff" + good[0][10:], good[0][:3] + b"\x03" + good[0][4:]]
 
 
+def exchange() -> list[bytes]:
+    """Messages for the lent sockets of ``checks::exchange_table`` (a REP ``rep`` linked to
+    ``req`` of nodes n and m, a REQ ``req`` with request 5 outstanding to ``rep``): the next
+    request, the reply, FLOWs both ways, and damaged ones."""
+    def data(src: bytes, dst: bytes, seq: int, payload: bytes, dst_inc: int = 7) -> bytes:
+        return message.encode_with_head(message.data_head(src, dst, 9, dst_inc), seq, payload)
+
+    def flow(src: str, dst: str, flow_seq: int, edge: int, dst_inc: int = 7) -> bytes:
+        return message.encode(message.Message(message.FLOW, src, dst, 9, dst_inc,
+                                              flow_seq=flow_seq, edge=edge))
+
+    good = [data(b"\x03req", b"\x03rep", 1, b"\x00\x00\x00\x01ask"),
+            data(b"\x03rep", b"\x03req", 1, b"\x00\x00\x00\x05answer"),
+            flow("req", "rep", 1, 12), flow("rep", "req", 3, U64 >> 1)]
+    return good + [data(b"\x03req", b"\x03rep", 2, b"\x00\x00\x00\x01ask"),
+                   data(b"\x03rep", b"\x03req", 1, b"\x00\x00\x00\x04no"),
+                   data(b"\x03req", b"\x03rep", 1 | 1 << 63, b"\x00\x00\x00\x01c"),
+                   data(b"\x03req", b"\x03rep", 1, b"\x00\x01"),
+                   flow("req", "rep", 1, 12, dst_inc=8), flow("req", "rep", 1, U64),
+                   good[2][:-1], good[2] + b"\x00", good[0][:20]]
+
+
 def write(root: Path, target: str, items: list[bytes]) -> None:
     d = root / target
     d.mkdir(parents=True, exist_ok=True)
@@ -96,3 +118,4 @@ if __name__ == "__main__":
     write(root, "aead_open", sealed())
     write(root, "split_batch", batch_bodies())
     write(root, "decode_sequenced", sequenced())
+    write(root, "exchange_offer", exchange())

@@ -127,10 +127,13 @@ fn u32_at(d: &[u8]) -> u32 {
 /// and the edge (u64).
 pub const FLOW: u8 = 0x06;
 
-/// A FLOW read as `a3m.core.message.decode` reads it: (source tag, destination tag,
-/// destination incarnation, FLOW number, edge); None: not a well-formed FLOW (the core says
-/// what is wrong with it).
-pub fn decode_flow(d: &[u8]) -> Option<(&str, &str, u64, u64, i64)> {
+/// A FLOW's fields: source and destination tags and incarnations, its number, the edge.
+pub type Flow<'a> = (&'a str, &'a str, u64, u64, u64, i64);
+
+/// A FLOW read as `a3m.core.message.decode` reads it; None: not a well-formed FLOW (the
+/// core says what is wrong with it), or an edge beyond 2^63 - 1 (which the core takes and
+/// no link can reach: left to it).
+pub fn decode_flow(d: &[u8]) -> Option<Flow<'_>> {
     if d.len() < FIXED || u16::from_be_bytes([d[0], d[1]]) != VERSION || d[2] != PROTO_SOCKET || d[3] != FLOW {
         return None;
     }
@@ -146,14 +149,15 @@ pub fn decode_flow(d: &[u8]) -> Option<(&str, &str, u64, u64, i64)> {
     if ls == 0 || ld == 0 || d.len() != at + 16 + 12 {
         return None;
     }
+    let src_inc = u64::from_be_bytes(d[at..at + 8].try_into().ok()?);
     let dst_inc = u64::from_be_bytes(d[at + 8..at + 16].try_into().ok()?);
     let flow_seq = u64::from(u32_at(&d[at + 16..]));
     let edge = u64::from_be_bytes(d[at + 20..at + 28].try_into().ok()?);
-    Some((src, dst, dst_inc, flow_seq, i64::try_from(edge).ok()?))
+    Some((src, dst, src_inc, dst_inc, flow_seq, i64::try_from(edge).ok()?))
 }
 
 /// A FLOW on a link of `head` (`a3m.core.message.encode` of the socket's `_send_flow`).
-fn flow_message(head: &[u8], flow_seq: u32, edge: i64) -> Vec<u8> {
+pub fn flow_message(head: &[u8], flow_seq: u32, edge: i64) -> Vec<u8> {
     let rest = head.len() + 12;
     let mut m = Vec::with_capacity(FIXED + rest);
     m.extend_from_slice(&VERSION.to_be_bytes());
@@ -211,7 +215,7 @@ impl Table {
     /// A FLOW for a lent link (`handle`'s: the link's activity, then `SendCredits.on_flow`);
     /// false leaves it to the core.
     fn offer_flow(&mut self, src: &str, msg: &[u8], now: f64) -> bool {
-        let Some((src_tag, dst_tag, dst_inc, flow_seq, edge)) = decode_flow(msg) else { return false };
+        let Some((src_tag, dst_tag, _, dst_inc, flow_seq, edge)) = decode_flow(msg) else { return false };
         let Some(l) = self.socks.get_mut(dst_tag) else { return false };
         let Some(i) = l.row_of(src, src_tag) else { return false };
         let r = &mut l.rows[i];
@@ -438,7 +442,7 @@ mod tests {
         let n = (want.len() - 8) as u32;
         want[4..8].copy_from_slice(&n.to_be_bytes());
         assert_eq!(flow, want);
-        assert_eq!(decode_flow(&flow), Some(("me", "req", 9, 1, 6)));
+        assert_eq!(decode_flow(&flow), Some(("me", "req", 7, 9, 1, 6)));
         // the peer's FLOWs: newer ones move the send edge, older ones do not
         let from_peer = |seq: u32, edge: u64, dst_inc: u64| {
             let mut m = vec![0, 1, PROTO_SOCKET, FLOW, 0, 0, 0, 0];

@@ -364,7 +364,17 @@ impl XSocket {
     }
 }
 
+/// A core FLOW message read (`exchange::decode_flow`, twin of `a3m.core.message.decode`
+/// for FLOW): (source tag, destination tag, source and destination incarnations, FLOW
+/// number, edge), or None where the core refuses it, reads another type, or reads an edge
+/// beyond 2^63 - 1.
+#[pyfunction]
+fn decode_flow(data: &[u8]) -> Option<(String, String, u64, u64, u64, i64)> {
+    crate::exchange::decode_flow(data).map(|(s, d, si, di, f, e)| (s.to_string(), d.to_string(), si, di, f, e))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(decode_flow, m)?)?;
     m.add_class::<Exchange>()?;
     m.add_class::<XSocket>()?;
     Ok(())

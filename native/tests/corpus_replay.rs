@@ -11,7 +11,7 @@ use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-const TARGETS: [&str; 5] = ["aead_open", "decode_frames", "decode_header", "decode_sequenced", "split_batch"];
+const TARGETS: [&str; 6] = ["aead_open", "decode_frames", "decode_header", "decode_sequenced", "exchange_offer", "split_batch"];
 
 fn corpus_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fuzz/corpus")
@@ -104,4 +104,10 @@ fn the_corpora_stay_small() {
             assert!(data.len() <= 8192, "{}: {} bytes", p.display(), data.len());
         }
     }
+}
+
+#[test]
+fn exchange_offer_corpus() {
+    let taken = replay_counting("exchange_offer", checks::exchange_offer);
+    assert!(taken > 0, "no file of the exchange corpus is a message a lent socket takes");
 }

@@ -4,7 +4,9 @@ native codec and in ``a3m.exon.wire`` (from the header's offset and from the fir
 the fuzz targets' two message-size bounds), and every ``aead_open`` file opens to the same
 plaintext, or to None, in the native Cipher and in PyCipher (the targets' fixed key), and
 every ``split_batch`` file splits to the same payloads, or the same refusal, in both, and
-every ``decode_sequenced`` file reads to the same fields, or the same refusal.
+every ``decode_sequenced`` file reads to the same fields, or the same refusal, and every
+``exchange_offer`` file that the core reads as a FLOW reads to the same fields natively
+(``decode_flow``), and no other does.
 
 The Rust side (``native/tests/corpus_replay.rs``) replays the same files through the
 targets' own checks; this side compares the twins on what the fuzzer found interesting.
@@ -17,13 +19,15 @@ import pytest
 from a3m.exon.secure.aead import PyCipher
 
 from .test_native_batch import split_both
+from .test_native_exchange import flow_both
 from .test_native_sequenced import decode_both
 from .twins import CORPUS, datagram_both, frames_both, native
 
 #: The fuzz targets' bounds and key (native/fuzz/checks.rs: MAX_MESSAGE_SIZES, KEY).
 MAX_MESSAGE_SIZES = [1 << 20, (1 << 64) - 1]
 KEY = bytes([0x42]) * 32
-TARGETS = ["aead_open", "decode_frames", "decode_header", "decode_sequenced", "split_batch"]
+TARGETS = ["aead_open", "decode_frames", "decode_header", "decode_sequenced", "exchange_offer",
+           "split_batch"]
 
 
 def files(target: str) -> list[pytest.ParameterSet]:
@@ -60,6 +64,11 @@ def test_the_batch_corpus_splits_the_same_in_both(data: bytes) -> None:
 @pytest.mark.parametrize("data", files("decode_sequenced"))
 def test_the_sequenced_corpus_reads_the_same_in_both(data: bytes) -> None:
     decode_both(data)
+
+
+@pytest.mark.parametrize("data", files("exchange_offer"))
+def test_the_exchange_corpus_reads_its_flows_the_same_in_both(data: bytes) -> None:
+    flow_both(data)
 
 
 def test_some_of_the_aead_corpus_opens() -> None:

@@ -13,10 +13,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import a3m
 from a3m._dataplane import native
-from a3m.errors import LinkError, Timeout, UsageError, WouldBlock
+from a3m.core import message as m
+from a3m.errors import LinkError, ProtocolViolation, Timeout, UsageError, WouldBlock
 
 pytestmark = pytest.mark.skipif(native is None or not hasattr(native, "Exchange"),
                                 reason="the native data plane is not built")
@@ -264,3 +267,39 @@ def test_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     with a3m.Node("n", busy_poll_s=0) as node:
         assert node._lender is None
         assert type(node.socket(a3m.REP)) is a3m.Socket
+
+
+def flow_both(data: bytes) -> None:
+    """``decode_flow`` (what the exchange reads a FLOW with) against the core's ``decode``:
+    the same fields where the core reads a FLOW (its edge within 2^63 - 1), else None."""
+    try:
+        msg = m.decode(data)
+    except ProtocolViolation:
+        msg = None
+    want = None
+    if msg is not None and msg.type == m.FLOW and msg.edge < 1 << 63:
+        want = (msg.src_tag, msg.dst_tag, msg.src_inc, msg.dst_inc, msg.flow_seq, msg.edge)
+    assert native.decode_flow(data) == want
+
+
+_tags = st.text(min_size=1, max_size=6).filter(lambda t: len(t.encode()) <= 255)
+_u64 = st.integers(0, (1 << 64) - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_tags, _tags, _u64, _u64, st.integers(0, (1 << 32) - 1), _u64,
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 255)), max_size=3),
+       st.integers(0, 40))
+def test_flows_read_the_same_as_the_core(src: str, dst: str, src_inc: int, dst_inc: int,
+                                          flow_seq: int, edge: int,
+                                          flips: list[tuple[int, int]], cut: int) -> None:
+    data = m.encode(m.Message(m.FLOW, src, dst, src_inc, dst_inc, flow_seq=flow_seq,
+                              edge=edge))
+    flow_both(data)
+    bad = bytearray(data)
+    for at, byte in flips:
+        if at < len(bad):
+            bad[at] = byte
+    flow_both(bytes(bad))
+    flow_both(data[:max(0, len(data) - cut)])
+    flow_both(data + bytes(cut % 3))
