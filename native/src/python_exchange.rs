@@ -131,7 +131,7 @@ impl Exchange {
         let io = locked(&self.io).clone_ref(py);
         let io = io.bind(py).borrow();
         let fd = io.fd(py)?;
-        let left = core.flush_native(&io, fd, now);
+        let left = core.flush_native(py, &io, fd, now);
         let t = core.eng.lock_py_attached(py).unwrap_or_else(|p| p.into_inner()).exon_timer();
         let until = |a: &std::sync::atomic::AtomicU64| f64::from_bits(a.load(std::sync::atomic::Ordering::SeqCst));
         let (lu, ld) = (until(&core.loop_until), until(&core.lead_until));

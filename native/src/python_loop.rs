@@ -329,14 +329,29 @@ impl ExonCore {
         k
     }
 
-    /// Send what the engine holds now from the calling thread, as the loop does (an
-    /// exchange's send); true when some of it is left to Python (`pending_tx`: a session the
-    /// plain rules do not cover), or the node has no native sessions.
-    pub(crate) fn flush_native(&self, io: &UdpIo, fd: i32, now: f64) -> bool {
-        match locked(&self.fast).clone() {
-            Some(crate::python_engine::FastPath { table: tbl, unanswered_rehandshake: limit, .. }) => self.send_native(io, fd, now, &tbl, limit),
-            None => true,
+    /// Send what the engine holds now from the calling thread, which holds the interpreter's
+    /// lock (an exchange's send), as the loop does; true when some of it is left to Python
+    /// (`pending_tx`: a session the plain rules do not cover), or the node has no native
+    /// sessions. The engine and the send order are waited for without the interpreter's
+    /// lock: a thread that holds either may need it to let go (a host call into Python
+    /// under the engine's lock, a Python turn's send under the order's).
+    pub(crate) fn flush_native(&self, py: pyo3::Python<'_>, io: &UdpIo, fd: i32, now: f64) -> bool {
+        use pyo3::sync::MutexExt;
+        let Some(crate::python_engine::FastPath { table: tbl, unanswered_rehandshake: limit, .. }) = locked(&self.fast).clone() else {
+            return true;
+        };
+        let eng = || self.eng.lock_py_attached(py).unwrap_or_else(|p| p.into_inner());
+        if !locked(&self.pending_tx).is_empty() {
+            return true;
         }
+        if !eng().has_output() {
+            return false;
+        }
+        if !io.order.try_acquire() {
+            let order = io.order.clone();
+            py.detach(move || order.acquire());
+        }
+        self.send_ordered(io, fd, now, &tbl, limit, &eng)
     }
 
     /// Publish `deadline` (`loop_until`: what a thread that sets a timer compares with,
@@ -515,7 +530,23 @@ impl ExonCore {
             return !locked(&self.pending_tx).is_empty();
         }
         io.order.acquire();
-        let items = locked(&self.eng).take_output(now);
+        self.send_ordered(io, fd, now, tbl, limit, &|| locked(&self.eng))
+    }
+
+    /// `send_native`'s work once the order lock is held (released here); `eng` locks the
+    /// engine as the calling thread must (`locked` without the interpreter's lock, waiting
+    /// without it where the thread holds it).
+    #[allow(clippy::too_many_arguments)]
+    fn send_ordered<'a>(
+        &'a self,
+        io: &UdpIo,
+        fd: i32,
+        now: f64,
+        tbl: &std::sync::Arc<std::sync::Mutex<crate::python_session::Table>>,
+        limit: i64,
+        eng: &dyn Fn() -> std::sync::MutexGuard<'a, crate::exon::engine::Engine<PyAddr>>,
+    ) -> bool {
+        let items = eng().take_output(now);
         let mut data: Vec<u8> = Vec::new();
         let mut dgrams: Vec<(usize, usize, SocketAddr)> = Vec::new();
         let mut rest: Vec<OutItem<PyAddr>> = Vec::new();
@@ -533,7 +564,7 @@ impl ExonCore {
             }
         }
         let bytes: usize = dgrams.iter().map(|d| d.1).sum();
-        locked(&self.eng).count_out(dgrams.len(), bytes);
+        eng().count_out(dgrams.len(), bytes);
         if !dgrams.is_empty() {
             let errors = io.udp.send(fd, &data, &dgrams);
             self.io_errors.fetch_add(errors as u64, Ordering::Relaxed);

@@ -303,3 +303,39 @@ def test_flows_read_the_same_as_the_core(src: str, dst: str, src_inc: int, dst_i
     flow_both(bytes(bad))
     flow_both(data[:max(0, len(data) - cut)])
     flow_both(data + bytes(cut % 3))
+
+
+def test_beside_a_stream_on_the_same_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round trips through the exchange while another thread streams batches between the
+    same nodes (turns that send many datagrams under the send order, outside the
+    interpreter's lock): both finish, exact."""
+    n, batches, size = 300, 120, 64
+    with _pair(monkeypatch, True) as (srv, rep, (cli,), (req,)):
+        pull = srv.socket(a3m.PULL, "pull")
+        push = cli.socket(a3m.PUSH, "push")
+        push.link("srv/pull")
+        assert push.wait_linked(timeout=10)
+        server = _serve(rep, n)
+        got: list[bytes] = []
+
+        def drain() -> None:
+            while len(got) < batches * size:
+                got.extend(pull.recv_many(size, timeout=20))
+
+        def stream() -> None:
+            for b in range(batches):
+                push.send_many([b"%d.%d" % (b, i) for i in range(size)], timeout=20)
+
+        threads = [threading.Thread(target=drain, daemon=True),
+                   threading.Thread(target=stream, daemon=True)]
+        for t in threads:
+            t.start()
+        for i in range(n):
+            req.send(b"%d" % i)
+            assert req.recv(timeout=20) == b"re:%d" % i
+        for t in threads:
+            t.join(60)
+        server.join(10)
+        assert not any(t.is_alive() for t in threads) and not server.is_alive()
+        assert got == [b"%d.%d" % (b, i) for b in range(batches) for i in range(size)]
+        assert cli._driver.lead_exchanges > 0
