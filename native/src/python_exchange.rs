@@ -95,11 +95,137 @@ fn back_of(r: &Row) -> RowBack {
     )
 }
 
+/// Lend the socket `tag` (kind 1 REP, 2 REQ) to `table`: its established links' rows (see
+/// `RowIn`), its requests not yet received (REP) or its reply (REQ) as (row, id, body), what
+/// it owes (REP: the request to answer; REQ: the request outstanding) as (row, id), the last
+/// request id (REQ), its `keepalive_s` and the largest payload a send takes.
+#[allow(clippy::too_many_arguments)]
+fn lend_into(
+    table: &Mutex<Table>,
+    tag: String,
+    kind: u8,
+    rows: Vec<RowIn>,
+    inbox: Vec<(usize, u32, Vec<u8>)>,
+    owed: Option<(usize, u32)>,
+    next_id: u32,
+    ka_s: f64,
+    max_payload: usize,
+) -> PyResult<()> {
+    if kind != REP && kind != REQ {
+        return Err(pyo3::exceptions::PyValueError::new_err("a lent socket is a REP (1) or a REQ (2)"));
+    }
+    let rows: Vec<Row> = rows.into_iter().map(row_of).collect::<PyResult<_>>()?;
+    let n = rows.len();
+    if inbox.iter().any(|e| e.0 >= n) || owed.is_some_and(|o| o.0 >= n) {
+        return Err(pyo3::exceptions::PyValueError::new_err("a lent message names no lent row"));
+    }
+    let mut l = Lent::new(kind, rows, ka_s, max_payload);
+    l.inbox = inbox.into_iter().collect();
+    l.owed = owed;
+    l.next_id = next_id;
+    locked(table).socks.insert(tag, l);
+    Ok(())
+}
+
+/// The socket `tag` taken back from `table` (None: not lent).
+fn reclaim_from(py: Python<'_>, table: &Mutex<Table>, tag: &str) -> Option<Reclaimed> {
+    let l = locked(table).socks.remove(tag)?;
+    Some((
+        l.rows.iter().map(back_of).collect(),
+        l.inbox.into_iter().map(|(i, id, b)| (i, id, PyBytes::new(py, &b).unbind())).collect(),
+        l.owed,
+        l.next_id,
+        l.received,
+        l.delivered,
+        l.sent,
+    ))
+}
+
+/// A lent sockets' table without I/O, for the seeded simulator (`a3m.testing`): the same
+/// table an `Exchange` shares with its engine, driven by the caller. `offer` a message Exon
+/// delivered; `take` the application's receive (`(payload, flow)` where `flow` is `(peer,
+/// message)` to hand to Exon or None, None to wait, False for the core); `send` the
+/// application's send (`(peer, message)` to hand to Exon, or None for the core). `rtt(peer)`
+/// and `can_send(peer)` are the engine's.
+#[pyclass(module = "a3m._native", name = "ExchangeTable", frozen)]
+pub struct ExchangeTable {
+    table: Mutex<Table>,
+}
+
+#[pymethods]
+impl ExchangeTable {
+    #[new]
+    fn new() -> Self {
+        ExchangeTable { table: Mutex::new(Table::default()) }
+    }
+
+    /// As `Exchange.lend`.
+    #[allow(clippy::too_many_arguments)]
+    fn lend(
+        &self,
+        tag: String,
+        kind: u8,
+        rows: Vec<RowIn>,
+        inbox: Vec<(usize, u32, Vec<u8>)>,
+        owed: Option<(usize, u32)>,
+        next_id: u32,
+        ka_s: f64,
+        max_payload: usize,
+    ) -> PyResult<()> {
+        lend_into(&self.table, tag, kind, rows, inbox, owed, next_id, ka_s, max_payload)
+    }
+
+    /// As `Exchange.reclaim`.
+    fn reclaim(&self, py: Python<'_>, tag: &str) -> Option<Reclaimed> {
+        reclaim_from(py, &self.table, tag)
+    }
+
+    fn lent(&self, tag: &str) -> bool {
+        locked(&self.table).socks.contains_key(tag)
+    }
+
+    fn offer(&self, src: &str, msg: &[u8], now: f64) -> bool {
+        locked(&self.table).offer(src, msg, now)
+    }
+
+    fn take<'py>(&self, py: Python<'py>, tag: &str, now: f64, rtt: Bound<'py, PyAny>, can_send: Bound<'py, PyAny>) -> PyResult<Py<PyAny>> {
+        let mut err: Option<PyErr> = None;
+        let mut ask_rtt = |peer: &str| match rtt.call1((peer,)).and_then(|r| r.extract::<Option<f64>>()) {
+            Ok(v) => v,
+            Err(e) => {
+                err.get_or_insert(e);
+                None
+            }
+        };
+        let sendable = |peer: &str| can_send.call1((peer,)).and_then(|r| r.is_truthy()).unwrap_or(false);
+        let got = locked(&self.table).take(tag, now, &mut ask_rtt, &sendable);
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok(match got {
+            Take::Got(body, flow) => {
+                let flow = flow.map(|(p, m)| (p.to_string(), PyBytes::new(py, &m)));
+                (PyBytes::new(py, &body), flow).into_pyobject(py)?.into_any().unbind()
+            }
+            Take::Wait => py.None(),
+            Take::Python => PyBool::new(py, false).to_owned().into_any().unbind(),
+        })
+    }
+
+    fn send<'py>(&self, py: Python<'py>, tag: &str, payload: &[u8], now: f64, can_send: Bound<'py, PyAny>) -> Option<(String, Py<PyBytes>)> {
+        let sendable = |peer: &str| can_send.call1((peer,)).and_then(|r| r.is_truthy()).unwrap_or(false);
+        let made = locked(&self.table).send(tag, payload, now, &sendable);
+        made.map(|(p, m)| (p.to_string(), PyBytes::new(py, &m).unbind()))
+    }
+}
+
 /// A node's lent REQ and REP sockets (see the module's docstring). `wake`: a weak method,
-/// the driver's wake-up under its lock, called when an exchange's send leaves output to
-/// Python or sets a timer earlier than a sleeper's deadline; `unsent`: a weak method that
-/// puts `(peer, message)` in the Python bridge's outbox, for a message Exon refused after
-/// all (the node closing). (Weak: the driver holds the exchange.)
+/// the driver's wake-up, called when an exchange's send leaves output to Python or sets a
+/// timer earlier than a sleeper's deadline; `unsent`: a weak method that puts `(peer,
+/// message)` in the Python bridge's outbox, for a message Exon refused after all (the node
+/// closing). Each is told whether the calling thread holds the node's lock already (`take`,
+/// from the Python `recv`'s wait) or not (`send`, `recv`). (Weak: the driver holds the
+/// exchange.)
 #[pyclass(module = "a3m._native", name = "Exchange", frozen)]
 pub struct Exchange {
     table: Arc<Mutex<Table>>,
@@ -116,10 +242,10 @@ impl Exchange {
 
     /// A message Exon took for sendable a moment ago and refused (closing since): the
     /// bridge's outbox holds it as it holds any message Exon refuses, and its pump decides.
-    fn unsent(&self, py: Python<'_>, peer: &str, msg: &[u8]) -> PyResult<()> {
+    fn unsent(&self, py: Python<'_>, peer: &str, msg: &[u8], held: bool) -> PyResult<()> {
         let unsent = self.unsent.bind(py).call0()?; // (a weak method: no cycle)
         if !unsent.is_none() {
-            unsent.call1((peer, PyBytes::new(py, msg)))?;
+            unsent.call1((peer, PyBytes::new(py, msg), held))?;
         }
         Ok(())
     }
@@ -127,7 +253,7 @@ impl Exchange {
     /// What the engine holds now goes out from this thread (as the driver's `flush`); the
     /// driver is woken where some of it is left to Python or a timer it set comes before
     /// the deadline a sleeper waits until (the native loop's or a leader's).
-    fn flush(&self, py: Python<'_>, core: &ExonCore, now: f64) -> PyResult<()> {
+    fn flush(&self, py: Python<'_>, core: &ExonCore, now: f64, held: bool) -> PyResult<()> {
         let io = locked(&self.io).clone_ref(py);
         let io = io.bind(py).borrow();
         let fd = io.fd(py)?;
@@ -139,7 +265,7 @@ impl Exchange {
         if left || early {
             let wake = self.wake.bind(py).call0()?; // (a weak method: no cycle)
             if !wake.is_none() {
-                wake.call0()?;
+                wake.call1((held,))?;
             }
         }
         Ok(())
@@ -168,10 +294,7 @@ impl Exchange {
         *locked(&self.engine.bind(py).borrow().exchange) = None;
     }
 
-    /// Lend the socket `tag` (kind 1 REP, 2 REQ): its established links' rows (see
-    /// `RowIn`), its requests not yet received (REP) or its reply (REQ) as (row, id, body),
-    /// what it owes (REP: the request to answer; REQ: the request outstanding) as (row, id),
-    /// the last request id (REQ), its `keepalive_s` and the largest payload a send takes.
+    /// Lend the socket `tag` (see `lend_into`).
     #[allow(clippy::too_many_arguments)]
     fn lend(
         &self,
@@ -184,34 +307,12 @@ impl Exchange {
         ka_s: f64,
         max_payload: usize,
     ) -> PyResult<()> {
-        if kind != REP && kind != REQ {
-            return Err(pyo3::exceptions::PyValueError::new_err("a lent socket is a REP (1) or a REQ (2)"));
-        }
-        let rows: Vec<Row> = rows.into_iter().map(row_of).collect::<PyResult<_>>()?;
-        let n = rows.len();
-        if inbox.iter().any(|e| e.0 >= n) || owed.is_some_and(|o| o.0 >= n) {
-            return Err(pyo3::exceptions::PyValueError::new_err("a lent message names no lent row"));
-        }
-        let mut l = Lent::new(kind, rows, ka_s, max_payload);
-        l.inbox = inbox.into_iter().collect();
-        l.owed = owed;
-        l.next_id = next_id;
-        self.table().socks.insert(tag, l);
-        Ok(())
+        lend_into(&self.table, tag, kind, rows, inbox, owed, next_id, ka_s, max_payload)
     }
 
     /// Take the socket `tag` back: None when it is not lent, else what `Reclaimed` says.
     fn reclaim(&self, py: Python<'_>, tag: &str) -> Option<Reclaimed> {
-        let l = self.table().socks.remove(tag)?;
-        Some((
-            l.rows.iter().map(back_of).collect(),
-            l.inbox.into_iter().map(|(i, id, b)| (i, id, PyBytes::new(py, &b).unbind())).collect(),
-            l.owed,
-            l.next_id,
-            l.received,
-            l.delivered,
-            l.sent,
-        ))
+        reclaim_from(py, &self.table, tag)
     }
 
     /// Whether the socket `tag` is lent.
@@ -260,8 +361,9 @@ pub struct XSocket {
 
 impl XSocket {
     /// The exchange's receive; a FLOW it made due goes to Exon and out at once, as the
-    /// core's after-call sends it.
-    fn take_native(&self, py: Python<'_>) -> PyResult<Take> {
+    /// core's after-call sends it. `held`: the calling thread holds the node's lock (the
+    /// Python `recv`'s wait), which a wake-up of the driver must then not take again.
+    fn take_native(&self, py: Python<'_>, held: bool) -> PyResult<Take> {
         let x = self.x.get();
         let core = x.engine.bind(py).borrow();
         let now = monotonic();
@@ -275,7 +377,7 @@ impl XSocket {
                 Take::Got(body, Some((peer, flow))) => {
                     if e.send(&peer, &flow, now, false).is_err() {
                         drop(e);
-                        x.unsent(py, &peer, &flow)?;
+                        x.unsent(py, &peer, &flow, held)?;
                     }
                     Take::Got(body, Some((peer, Vec::new())))
                 }
@@ -283,7 +385,7 @@ impl XSocket {
             }
         };
         if let Take::Got(_, Some(_)) = got {
-            x.flush(py, &core, now)?;
+            x.flush(py, &core, now, held)?;
         }
         Ok(got)
     }
@@ -303,10 +405,10 @@ impl XSocket {
             }
         }
         if let Some((peer, msg)) = refused {
-            x.unsent(py, &peer, &msg)?;
+            x.unsent(py, &peer, &msg, false)?;
             return Ok(true);
         }
-        x.flush(py, &core, now)?;
+        x.flush(py, &core, now, false)?;
         Ok(true)
     }
 }
@@ -317,7 +419,7 @@ impl XSocket {
     /// else the Python ``recv`` (which waits).
     #[pyo3(signature = (timeout = None))]
     fn recv(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-        let got = crate::python::guard("XSocket.recv", || if timeout_ok(timeout) { self.take_native(py) } else { Ok(Take::Python) })?;
+        let got = crate::python::guard("XSocket.recv", || if timeout_ok(timeout) { self.take_native(py, false) } else { Ok(Take::Python) })?;
         if let Take::Got(b, _) = got {
             return Ok(PyBytes::new(py, &b).into_any().unbind());
         }
@@ -350,7 +452,7 @@ impl XSocket {
     /// nothing yet (None), or False: the core must do it (the socket not lent, a FLOW due,
     /// a misuse to report).
     fn take(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(match crate::python::guard("XSocket.take", || self.take_native(py))? {
+        Ok(match crate::python::guard("XSocket.take", || self.take_native(py, true))? {
             Take::Got(b, _) => PyBytes::new(py, &b).into_any().unbind(),
             Take::Wait => py.None(),
             Take::Python => PyBool::new(py, false).to_owned().into_any().unbind(),
@@ -376,6 +478,7 @@ fn decode_flow(data: &[u8]) -> Option<(String, String, u64, u64, u64, i64)> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_flow, m)?)?;
     m.add_class::<Exchange>()?;
+    m.add_class::<ExchangeTable>()?;
     m.add_class::<XSocket>()?;
     Ok(())
 }

@@ -339,3 +339,43 @@ def test_beside_a_stream_on_the_same_nodes(monkeypatch: pytest.MonkeyPatch) -> N
         assert not any(t.is_alive() for t in threads) and not server.is_alive()
         assert got == [b"%d.%d" % (b, i) for b in range(batches) for i in range(size)]
         assert cli._driver.lead_exchanges > 0
+
+
+def test_a_receive_that_waits_while_another_thread_leads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread of the client's node leads (it waits on a PULL), so the REQ's receives
+    wait in the Python ``recv`` under the node's lock, and the leader's reads hand them the
+    replies: each take returns a credit, and every other one sends a FLOW, whose timer comes
+    before the leader's deadline, so the driver is woken from under the lock (it must not
+    take it again)."""
+    n = 100
+    with _pair(monkeypatch, True, **SMALL) as (srv, rep, (cli,), (req,)):
+        pull = cli.socket(a3m.PULL, "idle")
+        stop = threading.Event()
+
+        def lead() -> None:
+            while not stop.is_set():
+                try:
+                    pull.recv(timeout=0.5)
+                except Timeout:
+                    pass
+
+        leader = threading.Thread(target=lead, daemon=True)
+        leader.start()
+        assert _until(lambda: cli._driver._leader is not None)
+        server = _serve(rep, n)
+        done: list[int] = []
+
+        def client() -> None:
+            for i in range(n):
+                req.send(b"%d" % i)
+                assert req.recv(timeout=20) == b"re:%d" % i
+                done.append(i)
+
+        worker = threading.Thread(target=client, daemon=True)
+        worker.start()
+        worker.join(60)
+        stop.set()
+        leader.join(10)
+        server.join(10)
+        assert len(done) == n, f"the client stopped after {len(done)} round trips"

@@ -29,6 +29,7 @@ from typing import Any
 
 from a3m.core import message as m
 from a3m.core.link import Link, State
+from a3m.core.node_core import NodeCore
 from a3m.core.socket_core import Received, SocketCore
 from a3m.patterns.reqrep import Rep, Req
 from a3m.runtime import socket_calls as _calls
@@ -71,11 +72,16 @@ def _quiet(link: Link, node_id: str) -> bool:
 
 class Lender:
     """A node's side of its exchange: which sockets are lent, their links in row order,
-    which wait to be lent again. Every method runs under the node's lock."""
+    which wait to be lent again. ``exchange``: the native ``Exchange`` (or the simulator's
+    ``ExchangeTable``); ``core``: the node's core; ``qualifies(socket_core)``: the
+    runtime's own conditions (no descriptor watched, no listener, the node open). Every
+    method runs under the node's lock."""
 
-    def __init__(self, exchange: Any, node: Any) -> None:
+    def __init__(self, exchange: Any, core: NodeCore,
+                 qualifies: Callable[[SocketCore], bool]) -> None:
         self.x = exchange
-        self.node = node
+        self.core = core
+        self.qualifies = qualifies
         #: The lent sockets' links, by tag, in the order of their rows.
         self.links: dict[str, list[Link]] = {}
         #: Sockets to lend when they qualify, with the chances to skip before the next look
@@ -90,16 +96,13 @@ class Lender:
 
     def lendable(self, core: SocketCore) -> list[Link] | None:
         """``core``'s links in row order when it qualifies, else None."""
-        node = self.node
         kind = KINDS.get(type(core))
         if (kind is None or core.closed or core.orphans or core.node.observer is not None
-                or node._listeners or node._closed):
-            return None
-        sock = node._sockets.get(core.tag)
-        if sock is None or sock._ready_pipe is not None:
+                or not self.qualifies(core)):
             return None
         links = list(core.links.values())
-        if not links or not all(_quiet(lk, node.id) for lk in links):
+        node_id = self.core.node_id
+        if not links or not all(_quiet(lk, node_id) for lk in links):
             return None
         if kind == 2:
             req: Any = core
@@ -132,7 +135,7 @@ class Lender:
             next_id = pat._next_id
         self.x.lend(core.tag, KINDS[type(core)], rows, inbox, owed, next_id,
                     core.options.keepalive_s,
-                    self.node._core.max_message_size - m.DATA_OVERHEAD_MAX)
+                    self.core.max_message_size - m.DATA_OVERHEAD_MAX)
         core.lent = True
         self.links[core.tag] = links
         if type(core) is Rep:
@@ -177,7 +180,7 @@ class Lender:
 
     def take_all_back(self) -> None:
         for tag in list(self.links):
-            core = self.node._core.sockets.get(tag)
+            core = self.core.sockets.get(tag)
             if core is not None:
                 self.take_back(core)
 

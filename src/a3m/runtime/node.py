@@ -140,7 +140,7 @@ class Node:
             x = native.Exchange(self._proto, drv._io, weak_method(self, "_wake_driver"),
                                 weak_method(self, "_unsent"))
             drv.exchange = x
-            self._lender = Lender(x, self)
+            self._lender = Lender(x, self._core, self._may_lend)
             self._core.take_back = self._lender.take_back
 
     def _make_driver(self, bind: str | tuple[str, int], config: ExonConfig) -> Driver:
@@ -367,17 +367,33 @@ class Node:
             self._lender = None
             drv.exchange.detach()
 
-    def _wake_driver(self) -> None:
-        """A native exchange's send left output to Python or set an earlier timer."""
-        self._driver.wake_locked()
+    def _may_lend(self, core: SocketCore) -> bool:
+        """Under the lock: the runtime's conditions for lending ``core`` to the exchange
+        (its node open, no listener, its socket's descriptor not watched)."""
+        if self._listeners or self._closed:
+            return False
+        sock = self._sockets.get(core.tag)
+        return sock is not None and sock._ready_pipe is None
 
-    def _unsent(self, peer: str, data: bytes) -> None:
+    def _wake_driver(self, locked: bool) -> None:
+        """A native exchange's send left output to Python or set an earlier timer; ``locked``:
+        the calling thread holds the driver's lock already (a ``recv`` waiting)."""
+        if locked:
+            self._driver.wake()
+        else:
+            self._driver.wake_locked()
+
+    def _unsent(self, peer: str, data: bytes, locked: bool) -> None:
         """A message a native exchange made and Exon refused after all (the node closing):
-        the bridge's outbox holds it as any other, and a turn pumps it."""
+        the bridge's outbox holds it as any other, and a turn pumps it (``locked``: as for
+        :meth:`_wake_driver`)."""
         drv = self._driver
-        with drv.lock:
-            self._bridge.outbox.append((peer, data))
-            drv.wake()
+        if not locked:
+            with drv.lock:
+                self._unsent(peer, data, True)
+            return
+        self._bridge.outbox.append((peer, data))
+        drv.wake()
 
     def _check_open(self) -> None:
         if self._closed or not self._driver.running:
