@@ -8,7 +8,7 @@ send and receive through the sockets in virtual time.
 ``exchange=True`` lends quiet REQ and REP sockets to the native exchange's table
 (``a3m._native.ExchangeTable``, the table an ``a3m.Node`` shares with its engine), as a node
 does: Exon's deliveries are offered to it first, and the application's calls go through it
-(:meth:`NodeHost.exchange_send`, :meth:`NodeHost.exchange_recv`), so a failing seed of the
+(``NodeHost.exchange_send``, ``NodeHost.exchange_recv``), so a failing seed of the
 exchange reproduces on the virtual clock.
 """
 
