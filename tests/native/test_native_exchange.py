@@ -379,3 +379,25 @@ def test_a_receive_that_waits_while_another_thread_leads(
         leader.join(10)
         server.join(10)
         assert len(done) == n, f"the client stopped after {len(done)} round trips"
+
+
+def test_a_rep_owing_a_reply_to_a_requester_gone_is_not_lent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A REP owes a reply on a link that ended (its requester's node closed) and has another
+    link still: it stays in the core, whose send says LinkError, then goes on natively."""
+    with _pair(monkeypatch, True, clients=2) as (srv, rep, (gone, stays), (req0, req1)):
+        req0.send(b"q")
+        assert rep.recv(timeout=10) == b"q"
+        gone.close(timeout=5)
+        assert _until(lambda: len(rep.links) == 1)
+        with srv._driver.lock:
+            core = rep._core
+            assert srv._lender.lendable(core) is None
+        with pytest.raises(LinkError, match="went away"):
+            rep.send(b"late")
+        server = _serve(rep, 3)
+        for i in range(3):
+            req1.send(b"%d" % i)
+            assert req1.recv(timeout=10) == b"re:%d" % i
+        server.join(10)
+        assert _until(lambda: srv._lender.x.lent("rep"))

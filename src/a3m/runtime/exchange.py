@@ -10,10 +10,14 @@ reads hand the socket its messages). While lent, the Python core holds none of t
 anything else that reaches the socket takes it back first, with every counter as the core
 would have it:
 
-- a message the exchange leaves to Python (a control message, a flagged DATA, a gap, a
-  FLOW), a timer of the socket's, a peer lost (``NodeCore.take_back``, the core's doors);
-- any use of the socket's core by the runtime (``ExchangeSocket._core``: its other
-  methods, a send with a cookie, a receive the exchange refuses because a FLOW is due).
+- a message the exchange leaves to Python (a control message, a flagged DATA, a gap), a
+  timer of the socket's, a peer or a message lost (the node core's doors);
+- the application's calls the exchange leaves to the core (a send with a cookie, a misuse,
+  a FLOW Exon cannot take now, the socket's other methods: the pattern's doors
+  ``choose_recv``, ``pattern_send``, ``pattern_can_send``, ``readable``, and the socket's
+  ``unlink``, ``close``, ``set_option``).
+
+Every door calls ``SocketCore.take_back``, which calls :meth:`Lender.take_back`.
 
 After the call or turn that took it back the node lends it again if it qualifies
 (:meth:`Lender.lend_waiting`, from the after-call and the turn).
@@ -104,10 +108,12 @@ class Lender:
         node_id = self.core.node_id
         if not links or not all(_quiet(lk, node_id) for lk in links):
             return None
+        pat: Any = core
         if kind == 2:
-            req: Any = core
-            if len(links) != 1 or req._reply is not None or req._failed is not None:
+            if len(links) != 1 or pat._reply is not None or pat._failed is not None:
                 return None
+        elif pat._owed is not None and not any(pat._owed[0] is lk for lk in links):
+            return None  # (its requester went away: the reply raises LinkError, the core's)
         return links
 
     def lend(self, core: SocketCore, links: list[Link]) -> None:
