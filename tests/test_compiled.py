@@ -129,27 +129,37 @@ def test_a_failed_compilation_leaves_the_pure_package(tmp_path: Path) -> None:
     assert (tmp_path / "build").exists()  # mypyc did generate the C: the compiler failed
 
 
-def test_the_build_flags_hide_the_groups_symbols_and_follow_the_profiles_stage() -> None:
-    """Every compiler hides the group's symbols; GCC also lets its functions inline into one
-    another; a profile's stages only where GCC can (``PGO_MIN_GCC`` or later), and nothing
-    for other stages' names. (Pure function of a compiler version and a stage name.)"""
-    def flags(gcc_major: int, pgo: str) -> tuple[list[str], list[str]]:
-        return _compiled.compile_flags(gcc_major=gcc_major, pgo=pgo)
+#: The compile and link flags ``_compiled.compile_flags`` gives the mypyc group, by compiler
+#: (its GCC major version; 0: not GCC) and profile stage. No clock or speed enters it.
+HIDDEN = ["-fvisibility=hidden"]
+GCC_FLAGS = [*HIDDEN, "-fno-semantic-interposition"]
+FLAG_CASES = [
+    ("clang, no profile", 0, "", HIDDEN, []),
+    ("clang, asked for a profile", 0, "use", HIDDEN, []),
+    ("GCC, no profile", _compiled.PGO_MIN_GCC, "", GCC_FLAGS, []),
+    ("GCC too old for a profile", _compiled.PGO_MIN_GCC - 1, "generate", GCC_FLAGS, []),
+    ("GCC, profile off", _compiled.PGO_MIN_GCC, "0", GCC_FLAGS, []),
+    ("GCC, instrumented build", _compiled.PGO_MIN_GCC, "generate",
+     [*GCC_FLAGS, "-fprofile-generate", "-fprofile-update=atomic"], ["-fprofile-generate"]),
+]
 
-    new_gcc, old_gcc = _compiled.PGO_MIN_GCC, _compiled.PGO_MIN_GCC - 1
-    hidden = ["-fvisibility=hidden"]
-    plain = [*hidden, "-fno-semantic-interposition"]
-    assert flags(gcc_major=0, pgo="") == (hidden, [])  # clang and others
-    assert flags(gcc_major=0, pgo="use") == (hidden, [])
-    assert flags(gcc_major=new_gcc, pgo="") == (plain, [])
-    assert flags(gcc_major=old_gcc, pgo="generate") == (plain, [])
-    assert flags(gcc_major=new_gcc, pgo="0") == (plain, [])
-    instrumented = flags(gcc_major=new_gcc, pgo="generate")
-    assert instrumented == ([*plain, "-fprofile-generate", "-fprofile-update=atomic"],
-                            ["-fprofile-generate"])
-    laid_out, linked = flags(gcc_major=new_gcc, pgo="use")
-    assert laid_out[:2] == plain and linked == []
-    assert "-fprofile-use" in laid_out and "-fprofile-partial-training" in laid_out
+
+@pytest.mark.parametrize("compiler, gcc_major, stage, cflags, ldflags", FLAG_CASES,
+                         ids=[c[0] for c in FLAG_CASES])
+def test_the_build_flags_by_compiler_and_profile_stage(compiler: str, gcc_major: int,
+                                                       stage: str, cflags: list[str],
+                                                       ldflags: list[str]) -> None:
+    """Every compiler hides the group's symbols; GCC also lets its functions inline into one
+    another; a profile's stages only where GCC can (``PGO_MIN_GCC`` or later)."""
+    got_cflags, got_ldflags = _compiled.compile_flags(gcc_major=gcc_major, pgo=stage)
+    assert got_cflags == cflags, compiler
+    assert got_ldflags == ldflags, compiler
+
+
+def test_the_laid_out_build_uses_the_profile_partly_trained() -> None:
+    cflags, ldflags = _compiled.compile_flags(gcc_major=_compiled.PGO_MIN_GCC, pgo="use")
+    assert cflags[:2] == GCC_FLAGS and ldflags == []
+    assert "-fprofile-use" in cflags and "-fprofile-partial-training" in cflags
 
 
 @pytest.mark.parametrize("macros, major", [

@@ -227,30 +227,8 @@ pub fn decode_sequenced(data: &[u8]) -> bool {
 /// outstanding to `n/rep`) lent: what `exchange_offer` offers its input to.
 pub fn exchange_table() -> Table {
     let row = |node: &str, tag: &str, me: &str| Row {
-        peer_node: std::sync::Arc::from(node),
-        peer_tag: tag.to_string(),
-        my_inc: 7,
-        head: sequenced::data_head(me, tag, 7, 9),
-        expected_seq: 1,
-        next_seq: 1,
-        received: 0,
-        max_edge: 8,
-        arrived_bytes: 0,
-        delivered: 0,
-        edge: 8,
-        capacity: 8,
-        batch: 2,
         limit: 64,
-        round_end: 0.0,
-        round_start_delivered: 0,
-        flow_seq: 0,
-        send_edge: 8,
-        send_sent: 0,
-        send_flow_seq: 0,
-        data_in: 0,
-        processed: 0,
-        last_active: 0.0,
-        ka_at: f64::INFINITY,
+        ..Row::established(node, tag, me, 7, 9, 8, 2)
     };
     let mut t = Table::default();
     t.socks.insert("rep".into(), Lent::new(REP, vec![row("n", "req", "rep"), row("m", "req", "rep")], 5.0, 1 << 20));

@@ -59,6 +59,40 @@ pub struct Row {
     pub ka_at: f64,
 }
 
+impl Row {
+    /// A link of socket `me` just established with `peer_tag` of `peer_node` (this side's
+    /// incarnation `my_inc`, the peer's `peer_inc`): nothing sent or received yet, `credits`
+    /// each way, returned `batch` at a time, a fixed capacity, no keepalive armed.
+    pub fn established(peer_node: &str, peer_tag: &str, me: &str, my_inc: u64, peer_inc: u64, credits: i64, batch: i64) -> Row {
+        Row {
+            peer_node: Arc::from(peer_node),
+            peer_tag: peer_tag.to_string(),
+            my_inc,
+            head: crate::sequenced::data_head(me, peer_tag, my_inc, peer_inc),
+            expected_seq: 1,
+            next_seq: 1,
+            received: 0,
+            max_edge: credits,
+            arrived_bytes: 0,
+            delivered: 0,
+            edge: credits,
+            capacity: credits,
+            batch,
+            limit: 0,
+            round_end: 0.0,
+            round_start_delivered: 0,
+            flow_seq: 0,
+            send_edge: credits,
+            send_sent: 0,
+            send_flow_seq: 0,
+            data_in: 0,
+            processed: 0,
+            last_active: 0.0,
+            ka_at: f64::INFINITY,
+        }
+    }
+}
+
 /// A lent socket: its links' rows and its pattern's state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lent {
@@ -331,32 +365,7 @@ mod tests {
     use crate::sequenced::data_head;
 
     fn row(node: &str, tag: &str) -> Row {
-        Row {
-            peer_node: Arc::from(node),
-            peer_tag: tag.to_string(),
-            my_inc: 7,
-            head: data_head("me", tag, 7, 9),
-            expected_seq: 1,
-            next_seq: 1,
-            received: 0,
-            max_edge: 4,
-            arrived_bytes: 0,
-            delivered: 0,
-            edge: 4,
-            capacity: 4,
-            batch: 2,
-            limit: 0,
-            round_end: 0.0,
-            round_start_delivered: 0,
-            flow_seq: 0,
-            send_edge: 4,
-            send_sent: 0,
-            send_flow_seq: 0,
-            data_in: 0,
-            processed: 0,
-            last_active: 0.0,
-            ka_at: f64::INFINITY,
-        }
+        Row::established(node, tag, "me", 7, 9, 4, 2)
     }
 
     fn data(src: &str, dst: &str, dst_inc: u64, seq: u64, body: &[u8]) -> Vec<u8> {

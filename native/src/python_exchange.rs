@@ -15,33 +15,27 @@ use crate::exchange::{Lent, Row, Table, Take, REP, REQ};
 use crate::python::UdpIo;
 use crate::python_engine::{locked, ExonCore};
 use crate::python_io::monotonic;
-use crate::python_sendbuf::{live_owner, timeout_ok};
+use crate::python_sendbuf::{live_owner, plain_send, timeout_ok};
 
 /// A lent link, as `a3m.runtime.exchange` hands it over: the peer's node and tag, this
 /// side's incarnation, the link's head, then its counters (`ROW_INTS`, `ROW_FLOATS`).
 type RowIn = (String, String, u64, Vec<u8>, Vec<i64>, Vec<f64>);
-/// A link's counters as they come back: `BACK_INTS`, `BACK_FLOATS`.
+/// A link's counters as they come back (`back_of`).
 type RowBack = (Vec<i64>, Vec<f64>);
 /// What `reclaim` gives back: the rows, the inbox, what is owed, the last request id, and
 /// the socket's received, delivered and sent counts since it was lent.
 type Reclaimed = (Vec<RowBack>, Vec<(usize, u32, Py<PyBytes>)>, Option<(usize, u32)>, u32, i64, i64, i64);
 
-/// The integer counters of a lent row, in this order.
-const ROW_INTS: [&str; 17] = [
-    "expected_seq", "next_seq", "received", "max_edge", "arrived_bytes", "delivered", "edge", "capacity", "batch",
-    "limit", "round_start_delivered", "flow_seq", "send_edge", "send_sent", "send_flow_seq", "data_in", "processed",
-];
-/// The integer counters a lent socket changes, in the order `reclaim` gives them back.
-const BACK_INTS: [&str; 14] = [
-    "expected_seq", "next_seq", "received", "max_edge", "arrived_bytes", "delivered", "edge", "round_start_delivered",
-    "flow_seq", "send_edge", "send_sent", "send_flow_seq", "data_in", "processed",
-];
-/// Its float counters.
-const ROW_FLOATS: [&str; 3] = ["round_end", "last_active", "ka_at"];
+/// A lent row's integer counters, in this order: expected_seq, next_seq, received,
+/// max_edge, arrived_bytes, delivered, edge, capacity, batch, limit, round_start_delivered,
+/// flow_seq, send_edge, send_sent, send_flow_seq, data_in, processed; its float ones:
+/// round_end, last_active, ka_at (`a3m.runtime.exchange.Lender.lend` lists them so).
+const ROW_INTS: usize = 17;
+const ROW_FLOATS: usize = 3;
 
 fn row_of(r: RowIn) -> PyResult<Row> {
     let (node, tag, my_inc, head, i, f) = r;
-    if i.len() != ROW_INTS.len() || f.len() != ROW_FLOATS.len() {
+    if i.len() != ROW_INTS || f.len() != ROW_FLOATS {
         return Err(pyo3::exceptions::PyValueError::new_err("a lent row has the wrong number of counters"));
     }
     Ok(Row {
@@ -72,7 +66,10 @@ fn row_of(r: RowIn) -> PyResult<Row> {
     })
 }
 
-/// The counters a lent row may have changed (`BACK_INTS`; then round_end, last_active).
+/// The counters a lent row may have changed, in this order (`Lender.take_back` reads
+/// them so): expected_seq, next_seq, received, max_edge, arrived_bytes, delivered, edge,
+/// round_start_delivered, flow_seq, send_edge, send_sent, send_flow_seq, data_in,
+/// processed; then round_end, last_active.
 fn back_of(r: &Row) -> RowBack {
     (
         vec![
@@ -95,71 +92,30 @@ fn back_of(r: &Row) -> RowBack {
     )
 }
 
-/// Lend the socket `tag` (kind 1 REP, 2 REQ) to `table`: its established links' rows (see
-/// `RowIn`), its requests not yet received (REP) or its reply (REQ) as (row, id, body), what
-/// it owes (REP: the request to answer; REQ: the request outstanding) as (row, id), the last
-/// request id (REQ), its `keepalive_s` and the largest payload a send takes.
-#[allow(clippy::too_many_arguments)]
-fn lend_into(
-    table: &Mutex<Table>,
-    tag: String,
-    kind: u8,
-    rows: Vec<RowIn>,
-    inbox: Vec<(usize, u32, Vec<u8>)>,
-    owed: Option<(usize, u32)>,
-    next_id: u32,
-    ka_s: f64,
-    max_payload: usize,
-) -> PyResult<()> {
-    if kind != REP && kind != REQ {
-        return Err(pyo3::exceptions::PyValueError::new_err("a lent socket is a REP (1) or a REQ (2)"));
-    }
-    let rows: Vec<Row> = rows.into_iter().map(row_of).collect::<PyResult<_>>()?;
-    let n = rows.len();
-    if inbox.iter().any(|e| e.0 >= n) || owed.is_some_and(|o| o.0 >= n) {
-        return Err(pyo3::exceptions::PyValueError::new_err("a lent message names no lent row"));
-    }
-    let mut l = Lent::new(kind, rows, ka_s, max_payload);
-    l.inbox = inbox.into_iter().collect();
-    l.owed = owed;
-    l.next_id = next_id;
-    locked(table).socks.insert(tag, l);
-    Ok(())
-}
-
-/// The socket `tag` taken back from `table` (None: not lent).
-fn reclaim_from(py: Python<'_>, table: &Mutex<Table>, tag: &str) -> Option<Reclaimed> {
-    let l = locked(table).socks.remove(tag)?;
-    Some((
-        l.rows.iter().map(back_of).collect(),
-        l.inbox.into_iter().map(|(i, id, b)| (i, id, PyBytes::new(py, &b).unbind())).collect(),
-        l.owed,
-        l.next_id,
-        l.received,
-        l.delivered,
-        l.sent,
-    ))
-}
-
-/// A lent sockets' table without I/O, for the seeded simulator (`a3m.testing`): the same
-/// table an `Exchange` shares with its engine, driven by the caller. `offer` a message Exon
-/// delivered; `take` the application's receive (`(payload, flow)` where `flow` is `(peer,
-/// message)` to hand to Exon or None, None to wait, False for the core); `send` the
-/// application's send (`(peer, message)` to hand to Exon, or None for the core). `rtt(peer)`
-/// and `can_send(peer)` are the engine's.
+/// A node's lent REQ and REP sockets (`exchange::Table`). The runtime's `Exchange` shares
+/// it with the node's engine (`Exchange.table`): a leader's reads offer it what Exon
+/// delivers. The seeded simulator (`a3m.testing`) makes one alone and drives it itself:
+/// `offer` a message Exon delivered; `take` the application's receive (`(payload, flow)`
+/// where `flow` is `(peer, message)` to hand to Exon or None, None to wait, False for the
+/// core); `send` the application's send (`(peer, message)` to hand to Exon, or None for the
+/// core). `rtt(peer)` and `can_send(peer)` are the engine's.
 #[pyclass(module = "a3m._native", name = "ExchangeTable", frozen)]
 pub struct ExchangeTable {
-    table: Mutex<Table>,
+    table: Arc<Mutex<Table>>,
 }
 
 #[pymethods]
 impl ExchangeTable {
     #[new]
     fn new() -> Self {
-        ExchangeTable { table: Mutex::new(Table::default()) }
+        ExchangeTable { table: Arc::new(Mutex::new(Table::default())) }
     }
 
-    /// As `Exchange.lend`.
+    /// Lend the socket `tag` (kind 1 REP, 2 REQ): its established links' rows (see
+    /// `RowIn`), its requests not yet received (REP) or its reply (REQ) as (row, id, body),
+    /// what it owes (REP: the request to answer; REQ: the request outstanding) as (row,
+    /// id), the last request id (REQ), its `keepalive_s` and the largest payload a send
+    /// takes.
     #[allow(clippy::too_many_arguments)]
     fn lend(
         &self,
@@ -172,16 +128,44 @@ impl ExchangeTable {
         ka_s: f64,
         max_payload: usize,
     ) -> PyResult<()> {
-        lend_into(&self.table, tag, kind, rows, inbox, owed, next_id, ka_s, max_payload)
+        if kind != REP && kind != REQ {
+            return Err(pyo3::exceptions::PyValueError::new_err("a lent socket is a REP (1) or a REQ (2)"));
+        }
+        let rows: Vec<Row> = rows.into_iter().map(row_of).collect::<PyResult<_>>()?;
+        let n = rows.len();
+        if inbox.iter().any(|e| e.0 >= n) || owed.is_some_and(|o| o.0 >= n) {
+            return Err(pyo3::exceptions::PyValueError::new_err("a lent message names no lent row"));
+        }
+        let mut l = Lent::new(kind, rows, ka_s, max_payload);
+        l.inbox = inbox.into_iter().collect();
+        l.owed = owed;
+        l.next_id = next_id;
+        locked(&self.table).socks.insert(tag, l);
+        Ok(())
     }
 
-    /// As `Exchange.reclaim`.
+    /// Take the socket `tag` back: None when it is not lent, else what `Reclaimed` says.
     fn reclaim(&self, py: Python<'_>, tag: &str) -> Option<Reclaimed> {
-        reclaim_from(py, &self.table, tag)
+        let l = locked(&self.table).socks.remove(tag)?;
+        Some((
+            l.rows.iter().map(back_of).collect(),
+            l.inbox.into_iter().map(|(i, id, b)| (i, id, PyBytes::new(py, &b).unbind())).collect(),
+            l.owed,
+            l.next_id,
+            l.received,
+            l.delivered,
+            l.sent,
+        ))
     }
 
+    /// Whether the socket `tag` is lent.
     fn lent(&self, tag: &str) -> bool {
         locked(&self.table).socks.contains_key(tag)
+    }
+
+    /// The tags of the lent sockets.
+    fn tags(&self) -> Vec<String> {
+        locked(&self.table).socks.keys().cloned().collect()
     }
 
     fn offer(&self, src: &str, msg: &[u8], now: f64) -> bool {
@@ -228,7 +212,9 @@ impl ExchangeTable {
 /// exchange.)
 #[pyclass(module = "a3m._native", name = "Exchange", frozen)]
 pub struct Exchange {
-    table: Arc<Mutex<Table>>,
+    /// The lent sockets (lent and taken back through it).
+    #[pyo3(get)]
+    table: Py<ExchangeTable>,
     engine: Py<ExonCore>,
     io: Mutex<Py<UdpIo>>,
     wake: Py<PyAny>,
@@ -237,7 +223,7 @@ pub struct Exchange {
 
 impl Exchange {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        locked(&self.table)
+        locked(&self.table.get().table)
     }
 
     /// A message Exon took for sendable a moment ago and refused (closing since): the
@@ -277,10 +263,11 @@ impl Exchange {
     /// The exchange of the node whose engine is `engine` and socket layer `io`, installed
     /// in the engine (a leader's reads hand lent sockets their messages from now on).
     #[new]
-    fn new(engine: Bound<'_, ExonCore>, io: Py<UdpIo>, wake: Py<PyAny>, unsent: Py<PyAny>) -> Self {
-        let table = Arc::new(Mutex::new(Table::default()));
-        *locked(&engine.borrow().exchange) = Some(table.clone());
-        Exchange { table, engine: engine.unbind(), io: Mutex::new(io), wake, unsent }
+    fn new(engine: Bound<'_, ExonCore>, io: Py<UdpIo>, wake: Py<PyAny>, unsent: Py<PyAny>) -> PyResult<Self> {
+        let py = engine.py();
+        let table = ExchangeTable::new();
+        *locked(&engine.borrow().exchange) = Some(table.table.clone());
+        Ok(Exchange { table: Py::new(py, table)?, engine: engine.unbind(), io: Mutex::new(io), wake, unsent })
     }
 
     /// The socket layer changed (the node rebound): sends go through `io` from now on.
@@ -294,54 +281,11 @@ impl Exchange {
         *locked(&self.engine.bind(py).borrow().exchange) = None;
     }
 
-    /// Lend the socket `tag` (see `lend_into`).
-    #[allow(clippy::too_many_arguments)]
-    fn lend(
-        &self,
-        tag: String,
-        kind: u8,
-        rows: Vec<RowIn>,
-        inbox: Vec<(usize, u32, Vec<u8>)>,
-        owed: Option<(usize, u32)>,
-        next_id: u32,
-        ka_s: f64,
-        max_payload: usize,
-    ) -> PyResult<()> {
-        lend_into(&self.table, tag, kind, rows, inbox, owed, next_id, ka_s, max_payload)
-    }
-
-    /// Take the socket `tag` back: None when it is not lent, else what `Reclaimed` says.
-    fn reclaim(&self, py: Python<'_>, tag: &str) -> Option<Reclaimed> {
-        reclaim_from(py, &self.table, tag)
-    }
-
-    /// Whether the socket `tag` is lent.
-    fn lent(&self, tag: &str) -> bool {
-        self.table().socks.contains_key(tag)
-    }
-
-    /// The tags of the lent sockets.
-    fn tags(&self) -> Vec<String> {
-        self.table().socks.keys().cloned().collect()
-    }
-
     /// The send and receive of the socket `tag` (see `XSocket`): `slow_send(owner, data,
     /// timeout, cookie)` and `slow_recv(owner, timeout)` are the Python methods, `owner`
     /// a weak reference to the socket.
     fn socket(slf: Py<Self>, tag: String, slow_send: Py<PyAny>, slow_recv: Py<PyAny>, owner: Py<PyAny>) -> XSocket {
         XSocket { x: slf, tag, slow_send, slow_recv, owner }
-    }
-
-    /// The lent row counters' names, in the order `lend` takes them and `reclaim` gives
-    /// them back (`reclaim`'s: those a lent socket changes).
-    #[staticmethod]
-    fn row_fields() -> (Vec<&'static str>, Vec<&'static str>, Vec<&'static str>, Vec<&'static str>) {
-        (
-            ROW_INTS.to_vec(),
-            ROW_FLOATS.to_vec(),
-            BACK_INTS.to_vec(),
-            vec!["round_end", "last_active"],
-        )
     }
 }
 
@@ -437,15 +381,8 @@ impl XSocket {
         timeout: Option<&Bound<'_, PyAny>>,
         cookie: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        if cookie.is_none_or(|c| c.is_none()) && timeout_ok(timeout) {
-            if let Ok(b) = data.cast_exact::<PyBytes>() {
-                if crate::python::guard("XSocket.send", || self.send_native(py, b.as_bytes()))? {
-                    return Ok(py.None());
-                }
-            }
-        }
-        let owner = live_owner(py, &self.owner)?;
-        Ok(self.slow_send.bind(py).call1((owner, data, timeout, cookie))?.unbind())
+        let fast = |b: &Bound<'_, PyBytes>| crate::python::guard("XSocket.send", || self.send_native(py, b.as_bytes()));
+        plain_send(py, data, timeout, cookie, fast, &self.slow_send, &self.owner)
     }
 
     /// Under the node's lock, for the Python ``recv``'s wait: the payload natively (bytes),
@@ -457,12 +394,6 @@ impl XSocket {
             Take::Wait => py.None(),
             Take::Python => PyBool::new(py, false).to_owned().into_any().unbind(),
         })
-    }
-
-    /// The socket's tag.
-    #[getter]
-    fn tag(&self) -> &str {
-        &self.tag
     }
 }
 

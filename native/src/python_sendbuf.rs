@@ -326,16 +326,33 @@ impl FastSend {
         timeout: Option<&Bound<'_, PyAny>>,
         cookie: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        if cookie.is_none_or(|c| c.is_none()) && timeout_ok(timeout) {
-            if let Ok(b) = data.cast_exact::<PyBytes>() {
-                if b.as_bytes().len() <= self.fast_size && self.buf.get().push(py, data, None) {
-                    return Ok(py.None());
-                }
+        let fast = |b: &Bound<'_, PyBytes>| Ok(b.as_bytes().len() <= self.fast_size && self.buf.get().push(py, data, None));
+        plain_send(py, data, timeout, cookie, fast, &self.slow, &self.owner)
+    }
+}
+
+/// A socket's `send` bound natively (`FastSend`, the exchange's `XSocket`): a plain message
+/// (bytes, no cookie, a timeout absent or not negative) goes to `fast`, which says whether
+/// it took it; anything else, and what `fast` did not take, to `slow(owner(), data,
+/// timeout, cookie)`, the Python `send` (which says what is wrong).
+pub(crate) fn plain_send(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    timeout: Option<&Bound<'_, PyAny>>,
+    cookie: Option<&Bound<'_, PyAny>>,
+    fast: impl FnOnce(&Bound<'_, PyBytes>) -> PyResult<bool>,
+    slow: &Py<PyAny>,
+    owner: &Py<PyAny>,
+) -> PyResult<Py<PyAny>> {
+    if cookie.is_none_or(|c| c.is_none()) && timeout_ok(timeout) {
+        if let Ok(b) = data.cast_exact::<PyBytes>() {
+            if fast(b)? {
+                return Ok(py.None());
             }
         }
-        let owner = live_owner(py, &self.owner)?;
-        Ok(self.slow.bind(py).call1((owner, data, timeout, cookie))?.unbind())
     }
+    let owner = live_owner(py, owner)?;
+    Ok(slow.bind(py).call1((owner, data, timeout, cookie))?.unbind())
 }
 
 /// A socket's `recv` for the common case, in one native call: while its inbox (a deque of

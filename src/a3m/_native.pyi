@@ -342,17 +342,25 @@ class FastRecv:
     def recv_many(self, max_items: Any, timeout: Any = None) -> Any: ...
 
 class Exchange:
-    """A node's lent REQ and REP sockets (``a3m.runtime.exchange``; docs/design.md 1e, "The
-    exchange"), shared with its engine: a leader's reads hand them their requests and
-    replies. ``wake`` and ``unsent`` are weak methods (the driver's wake-up under its lock;
-    the bridge's outbox for a message Exon refused after all)."""
+    """A node's exchange: its lent sockets' ``table``, shared with its engine (a leader's
+    reads hand them their requests and replies), and their ``XSocket``s. ``wake()`` gives
+    ``f(held)`` (or None), ``unsent()`` gives ``f(peer, message, held)`` (or None): weak
+    methods, the driver's wake-up and the bridge's outbox; ``held``: the caller holds the
+    node's lock."""
 
+    table: ExchangeTable
     def __init__(self, engine: ExonCore, io: UdpIo, wake: Callable[[], Any],
-                 unsent: Callable[[], Any]) -> None:
-        """``wake()`` gives ``f(held)`` (or None); ``unsent()`` gives ``f(peer, message,
-        held)`` (or None); ``held``: the caller holds the node's lock."""
+                 unsent: Callable[[], Any]) -> None: ...
     def set_io(self, io: UdpIo) -> None: ...
     def detach(self) -> None: ...
+    def socket(self, tag: str, slow_send: Callable[..., Any], slow_recv: Callable[..., Any],
+               owner: Callable[[], Any]) -> XSocket: ...
+
+class ExchangeTable:
+    """A node's lent REQ and REP sockets: lent and taken back (``a3m.runtime.exchange``);
+    the seeded simulator (``a3m.testing``) drives one alone with ``offer``, ``take`` and
+    ``send``."""
+
     def lend(self, tag: str, kind: int,
              rows: list[tuple[str, str, int, bytes, list[int], list[float]]],
              inbox: list[tuple[int, int, bytes]], owed: tuple[int, int] | None,
@@ -362,22 +370,6 @@ class Exchange:
                                          int, int, int, int] | None: ...
     def lent(self, tag: str) -> bool: ...
     def tags(self) -> list[str]: ...
-    def socket(self, tag: str, slow_send: Callable[..., Any], slow_recv: Callable[..., Any],
-               owner: Callable[[], Any]) -> XSocket: ...
-    @staticmethod
-    def row_fields() -> tuple[list[str], list[str], list[str], list[str]]: ...
-
-class ExchangeTable:
-    """The lent sockets' table without I/O, for the seeded simulator (``a3m.testing``)."""
-
-    def lend(self, tag: str, kind: int,
-             rows: list[tuple[str, str, int, bytes, list[int], list[float]]],
-             inbox: list[tuple[int, int, bytes]], owed: tuple[int, int] | None,
-             next_id: int, ka_s: float, max_payload: int) -> None: ...
-    def reclaim(self, tag: str) -> tuple[list[tuple[list[int], list[float]]],
-                                         list[tuple[int, int, bytes]], tuple[int, int] | None,
-                                         int, int, int, int] | None: ...
-    def lent(self, tag: str) -> bool: ...
     def offer(self, src: str, msg: bytes, now: float) -> bool: ...
     def take(self, tag: str, now: float, rtt: Callable[[str], float | None],
              can_send: Callable[[str], bool]
@@ -393,7 +385,6 @@ class XSocket:
     ``slow_recv(owner(), timeout)``; ``take()``: the payload, None (wait) or False (the core
     must act)."""
 
-    tag: str
     def send(self, data: Any, timeout: Any = None, cookie: Any = None) -> None: ...
     def recv(self, timeout: Any = None) -> bytes: ...
     def take(self) -> bytes | bool | None: ...

@@ -68,6 +68,16 @@ def _serve(rep: Any, n: int) -> threading.Thread:
     return t
 
 
+def _round_trips(rep: Any, req: Any, n: int) -> None:
+    """``n`` round trips, each answered in order (the REP served from its own thread)."""
+    server = _serve(rep, n)
+    for i in range(n):
+        req.send(b"%d" % i)
+        assert req.recv(timeout=10) == b"re:%d" % i
+    server.join(10)
+    assert not server.is_alive()
+
+
 def _link_state(node: Any, sock: Any) -> tuple[Any, ...]:
     """Under the node's lock, with every lent socket taken back: the socket's one link as
     the core holds it (times aside), its counters and its pattern's state."""
@@ -119,21 +129,13 @@ def test_growing_capacity_stays_with_the_core(monkeypatch: pytest.MonkeyPatch) -
     """A link whose capacity tunes itself: the exchange ends its rounds, the core grows it."""
     n = 400
     with _pair(monkeypatch, True, capacity=4, capacity_max=64) as (srv, rep, _, (req,)):
-        server = _serve(rep, n)
-        for i in range(n):
-            req.send(b"%d" % i)
-            assert req.recv() == b"re:%d" % i
-        server.join(10)
+        _round_trips(rep, req, n)
         assert srv._driver.lead_exchanges > 0
 
 
 def test_misuse_is_reported_as_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
     with _pair(monkeypatch, True) as (srv, rep, _, (req,)):
-        server = _serve(rep, 3)
-        for i in range(3):
-            req.send(b"%d" % i)
-            assert req.recv() == b"re:%d" % i
-        server.join(10)
+        _round_trips(rep, req, 3)
         assert _until(lambda: srv._lender.x.lent("rep"))
         with pytest.raises(UsageError, match="no request to reply to"):
             rep.send(b"nothing asked")
@@ -151,11 +153,7 @@ def test_misuse_is_reported_as_without_it(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     with _pair(monkeypatch, True) as (srv, rep, _, (req,)):
-        server = _serve(rep, 2)
-        for i in range(2):
-            req.send(b"%d" % i)
-            assert req.recv() == b"re:%d" % i
-        server.join(10)
+        _round_trips(rep, req, 2)
         with pytest.raises(WouldBlock):
             rep.recv(timeout=0)
         with pytest.raises(Timeout):
@@ -215,11 +213,7 @@ def test_a_peer_gone_with_the_request_unanswered(monkeypatch: pytest.MonkeyPatch
         req = cli.socket(a3m.REQ, "req")
         req.link("srv/rep")
         assert req.wait_linked(timeout=10)
-        server = _serve(rep, 3)
-        for i in range(3):
-            req.send(b"%d" % i)
-            assert req.recv() == b"re:%d" % i
-        server.join(10)
+        _round_trips(rep, req, 3)
         assert _until(lambda: cli._lender.x.lent("req"))
         req.send(b"never answered")
         assert rep.recv(timeout=10) == b"never answered"
@@ -249,11 +243,7 @@ def test_a_watched_descriptor_keeps_the_socket_in_the_core(
 
 def test_close_takes_every_socket_back(monkeypatch: pytest.MonkeyPatch) -> None:
     with _pair(monkeypatch, True) as (srv, rep, (cli,), (req,)):
-        server = _serve(rep, 5)
-        for i in range(5):
-            req.send(b"%d" % i)
-            assert req.recv() == b"re:%d" % i
-        server.join(10)
+        _round_trips(rep, req, 5)
         assert _until(lambda: cli._lender.x.lent("req"))
         x = cli._lender.x
         req.close()
@@ -395,9 +385,5 @@ def test_a_rep_owing_a_reply_to_a_requester_gone_is_not_lent(
             assert srv._lender.lendable(core) is None
         with pytest.raises(LinkError, match="went away"):
             rep.send(b"late")
-        server = _serve(rep, 3)
-        for i in range(3):
-            req1.send(b"%d" % i)
-            assert req1.recv(timeout=10) == b"re:%d" % i
-        server.join(10)
+        _round_trips(rep, req1, 3)
         assert _until(lambda: srv._lender.x.lent("rep"))

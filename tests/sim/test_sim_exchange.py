@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from random import Random
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from a3m.testing.sim import LinkModel, Network, seed_from_env
 from a3m.testing.sim_node import NodeHost
 
 from .conftest import SIMULATED
+from .test_sim_patterns import cluster
 
 pytestmark = pytest.mark.skipif(native is None or not hasattr(native, "ExchangeTable"),
                                 reason="the native data plane is not built")
@@ -40,15 +40,8 @@ def _run(case: tuple[str, int, LinkModel], exchange: bool, rounds: int = 400
          ) -> tuple[dict[str, list[bytes]], Counter[bytes], dict[str, Any], int]:
     _, seed, model = case
     net = Network(seed_from_env(seed), model)
-    rng = Random(net.seed)
     names = ("c0", "c1", "s0")
-    h = {n: NodeHost(n, rng, CFG, exchange=exchange) for n in names}
-    for n, host in h.items():
-        net.add(n, host)
-    for a in names:
-        for b in names:
-            if a != b:
-                h[a].proto.associate(b, net.address[b])
+    h = cluster(net, *names, config=CFG, exchange=exchange)
     rep = h["s0"].core.create("REP", "rep", **SOCKET)
     reqs = {c: h[c].core.create("REQ", "req", **SOCKET) for c in ("c0", "c1")}
     if exchange:

@@ -14,6 +14,7 @@ import dataclasses
 from collections import Counter, deque
 from collections.abc import Callable
 from random import Random
+from typing import Any
 
 import pytest
 
@@ -44,10 +45,11 @@ def network(case: tuple[str, int, LinkModel], offset: int) -> Network:
     return Network(seed_from_env(seed + offset), model)
 
 
-def cluster(net: Network, *names: str, config: ExonConfig = CFG) -> dict[str, NodeHost]:
-    """Hosts on ``net`` that all know each other's address."""
+def cluster(net: Network, *names: str, config: ExonConfig = CFG,
+            **host: Any) -> dict[str, NodeHost]:
+    """Hosts on ``net`` that all know each other's address (``host``: NodeHost's options)."""
     rng = Random(net.seed)
-    out = {n: NodeHost(n, rng, config) for n in names}
+    out = {n: NodeHost(n, rng, config, **host) for n in names}
     for n, h in out.items():
         net.add(n, h)
     for a in names:

@@ -76,14 +76,14 @@ def _quiet(link: Link, node_id: str) -> bool:
 
 class Lender:
     """A node's side of its exchange: which sockets are lent, their links in row order,
-    which wait to be lent again. ``exchange``: the native ``Exchange`` (or the simulator's
-    ``ExchangeTable``); ``core``: the node's core; ``qualifies(socket_core)``: the
+    which wait to be lent again. ``table``: the lent sockets' ``a3m._native.ExchangeTable``
+    (a node's ``Exchange.table``, or the simulator's own); ``core``: the node's core; ``qualifies(socket_core)``: the
     runtime's own conditions (no descriptor watched, no listener, the node open). Every
     method runs under the node's lock."""
 
-    def __init__(self, exchange: Any, core: NodeCore,
+    def __init__(self, table: Any, core: NodeCore,
                  qualifies: Callable[[SocketCore], bool]) -> None:
-        self.x = exchange
+        self.x = table
         self.core = core
         self.qualifies = qualifies
         #: The lent sockets' links, by tag, in the order of their rows.
@@ -217,8 +217,8 @@ class ExchangeSocket(Socket):
 
     def __init__(self, node: Any, core: SocketCore, lender: Lender) -> None:
         super().__init__(node, core)
-        x = lender.x.socket(core.tag, Socket.send, ExchangeSocket._recv_waiting,
-                            weakref.ref(self))
+        x = node._driver.exchange.socket(core.tag, Socket.send, ExchangeSocket._recv_waiting,
+                                         weakref.ref(self))
         self._x = x
         self.send = x.send  # type: ignore[method-assign]
         self.recv = x.recv  # type: ignore[method-assign]

@@ -140,7 +140,7 @@ class Node:
             x = native.Exchange(self._proto, drv._io, weak_method(self, "_wake_driver"),
                                 weak_method(self, "_unsent"))
             drv.exchange = x
-            self._lender = Lender(x, self._core, self._may_lend)
+            self._lender = Lender(x.table, self._core, self._may_lend)
             self._core.take_back = self._lender.take_back
 
     def _make_driver(self, bind: str | tuple[str, int], config: ExonConfig) -> Driver:
